@@ -1,0 +1,63 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "beacon",
+    platforms: [.macOS(.v15), .iOS(.v18)],
+    products: [
+        .executable(name: "beacon", targets: ["beacon"]),
+        .library(name: "BeaconClient", targets: ["BeaconClient"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
+    ],
+    targets: [
+        // Domain rules: ids, messages, validation, errors. No I/O.
+        .target(name: "BeaconCore"),
+        // Wire protocol: WebSocket frames and REST bodies shared by the server and the SDK.
+        .target(name: "BeaconProtocol", dependencies: ["BeaconCore"]),
+        // Storage behind one protocol; SQLite (GRDB, WAL) is the embedded default.
+        .target(name: "BeaconStorage", dependencies: [
+            "BeaconCore",
+            .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
+        // The server: REST, WebSocket gateway, presence, retention.
+        .target(name: "BeaconServer", dependencies: [
+            "BeaconCore", "BeaconProtocol", "BeaconStorage",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The Swift client SDK. Independent of the server modules.
+        .target(name: "BeaconClient", dependencies: [
+            "BeaconCore", "BeaconProtocol",
+            .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "beacon", dependencies: [
+            "BeaconServer", "BeaconStorage",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Configuration", package: "swift-configuration"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
+        .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconCore"]),
+        .testTarget(name: "BeaconServerTests", dependencies: [
+            "BeaconServer", "BeaconClient", "BeaconStorage",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+        ]),
+    ]
+)

@@ -1,0 +1,73 @@
+/// A failure that reaches an API caller: an HTTP status, a stable machine-readable code and a human description.
+///
+/// Codes follow Easemob's REST error names where one exists (`illegal_argument`, `auth_bad_access_token`, …),
+/// so that clients written against Easemob keep working. The full list is documented in `docs/errors.md`.
+public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var status: Int
+    public var code: Code
+    public var exception: String
+    public var message: String
+
+    public init(_ code: Code, _ message: String, status: Int? = nil, exception: String? = nil) {
+        self.code = code
+        self.message = message
+        self.status = status ?? code.defaultStatus
+        self.exception = exception ?? code.defaultException
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    /// Stable error codes. Never rename one: clients match on them.
+    public enum Code: String, Sendable, CaseIterable {
+        case illegalArgument = "illegal_argument"
+        case jsonParse = "json_parse"
+        case invalidGrant = "invalid_grant"
+        case requestTooLarge = "request_entity_too_large"
+        case unauthorized = "unauthorized"
+        case badAccessToken = "auth_bad_access_token"
+        case forbidden = "forbidden_op"
+        case resourceNotFound = "service_resource_not_found"
+        case appNotFound = "organization_application_not_found"
+        case userNotFound = "user_not_found"
+        case groupNotFound = "group_not_found"
+        case messageNotFound = "message_not_found"
+        case duplicate = "duplicate_unique_property_exists"
+        case methodNotAllowed = "method_not_allowed"
+        case internalError = "internal_error"
+
+        public var defaultStatus: Int {
+            switch self {
+            case .illegalArgument, .jsonParse, .invalidGrant: 400
+            case .requestTooLarge: 413
+            case .unauthorized, .badAccessToken: 401
+            case .forbidden: 403
+            case .resourceNotFound, .appNotFound, .userNotFound, .groupNotFound, .messageNotFound: 404
+            case .duplicate: 400
+            case .methodNotAllowed: 405
+            case .internalError: 500
+            }
+        }
+
+        public var defaultException: String {
+            switch self {
+            case .illegalArgument: "IllegalArgumentException"
+            case .jsonParse: "JsonParseException"
+            case .invalidGrant: "InvalidGrantException"
+            case .requestTooLarge: "RequestEntityTooLargeException"
+            case .unauthorized: "UnauthorizedException"
+            case .badAccessToken: "UnauthorizedException"
+            case .forbidden: "ForbiddenOperationException"
+            case .resourceNotFound: "ResourceNotFoundException"
+            case .appNotFound: "OrganizationApplicationNotFoundException"
+            case .userNotFound: "UserNotFoundException"
+            case .groupNotFound: "GroupNotFoundException"
+            case .messageNotFound: "MessageNotFoundException"
+            case .duplicate: "DuplicateUniquePropertyExistsException"
+            case .methodNotAllowed: "MethodNotAllowedException"
+            case .internalError: "InternalServerErrorException"
+            }
+        }
+    }
+
+    public static func illegal(_ message: String) -> BeaconError { BeaconError(.illegalArgument, message) }
+}

@@ -1,0 +1,155 @@
+import BeaconCore
+
+/// What a device sends over its WebSocket. Every frame is one JSON text message with an `op` field;
+/// `docs/protocol.md` describes each one.
+public enum ClientFrame: Sendable, Hashable {
+    /// Send a message. `id` is the client's own reference, echoed in the `sent` or `error` answer.
+    case send(SendRequest)
+    /// Everything up to and including `seq` has been received and may be forgotten for this device.
+    case ack(seq: Int64)
+    /// Ask again for everything after the device's acknowledged cursor.
+    case sync
+    /// Keep-alive; answered with `pong`.
+    case ping
+
+    public struct SendRequest: Sendable, Hashable, Codable {
+        public var id: String
+        public var to: String
+        public var chatType: ChatType
+        public var type: MessageType
+        public var body: JSONValue
+        public var ext: [String: JSONValue]?
+        public var routetype: String?
+
+        enum CodingKeys: String, CodingKey {
+            case id, to, chatType = "chat_type", type, body, ext, routetype
+        }
+
+        public init(
+            id: String, to: String, chatType: ChatType, type: MessageType, body: JSONValue,
+            ext: [String: JSONValue]? = nil, routetype: String? = nil
+        ) {
+            self.id = id
+            self.to = to
+            self.chatType = chatType
+            self.type = type
+            self.body = body
+            self.ext = ext
+            self.routetype = routetype
+        }
+    }
+}
+
+/// What the server sends to a device.
+public enum ServerFrame: Sendable, Hashable {
+    /// First frame after the upgrade: who the device is and its acknowledged cursor.
+    case welcome(username: String, deviceID: String, cursor: Int64)
+    /// A message for this device. `seq` is absent for online-only (`ROUTE_ONLINE`) messages.
+    case message(seq: Int64?, message: WireMessage)
+    /// The message with client reference `id` is stored (or, for online-only, dispatched).
+    case sent(id: String, messageID: String, timestamp: Int64)
+    /// The device has received everything stored for it up to `seq`.
+    case synced(seq: Int64)
+    case pong
+    /// A frame could not be handled. `id` names the send it refers to, when there is one.
+    case error(id: String?, code: String, description: String)
+    /// The server closes this connection: `replaced` (same device connected again) or `kicked` (must log in again).
+    case closing(reason: String)
+}
+
+extension ClientFrame: Codable {
+    enum CodingKeys: String, CodingKey { case op, seq }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let op = try container.decode(String.self, forKey: .op)
+        switch op {
+        case "send": self = .send(try SendRequest(from: decoder))
+        case "ack": self = .ack(seq: try container.decode(Int64.self, forKey: .seq))
+        case "sync": self = .sync
+        case "ping": self = .ping
+        default:
+            throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op '\(op)'")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .send(let request):
+            try container.encode("send", forKey: .op)
+            try request.encode(to: encoder)
+        case .ack(let seq):
+            try container.encode("ack", forKey: .op)
+            try container.encode(seq, forKey: .seq)
+        case .sync: try container.encode("sync", forKey: .op)
+        case .ping: try container.encode("ping", forKey: .op)
+        }
+    }
+}
+
+extension ServerFrame: Codable {
+    enum CodingKeys: String, CodingKey {
+        case op, username, deviceID = "device_id", cursor, seq, message, id, messageID = "message_id", timestamp,
+            code, description, reason
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let op = try c.decode(String.self, forKey: .op)
+        switch op {
+        case "welcome":
+            self = .welcome(
+                username: try c.decode(String.self, forKey: .username),
+                deviceID: try c.decode(String.self, forKey: .deviceID), cursor: try c.decode(Int64.self, forKey: .cursor))
+        case "msg":
+            self = .message(
+                seq: try c.decodeIfPresent(Int64.self, forKey: .seq), message: try c.decode(WireMessage.self, forKey: .message))
+        case "sent":
+            self = .sent(
+                id: try c.decode(String.self, forKey: .id), messageID: try c.decode(String.self, forKey: .messageID),
+                timestamp: try c.decode(Int64.self, forKey: .timestamp))
+        case "synced": self = .synced(seq: try c.decode(Int64.self, forKey: .seq))
+        case "pong": self = .pong
+        case "error":
+            self = .error(
+                id: try c.decodeIfPresent(String.self, forKey: .id), code: try c.decode(String.self, forKey: .code),
+                description: try c.decode(String.self, forKey: .description))
+        case "closing": self = .closing(reason: try c.decode(String.self, forKey: .reason))
+        default:
+            throw DecodingError.dataCorruptedError(forKey: .op, in: c, debugDescription: "unknown op '\(op)'")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .welcome(let username, let deviceID, let cursor):
+            try c.encode("welcome", forKey: .op)
+            try c.encode(username, forKey: .username)
+            try c.encode(deviceID, forKey: .deviceID)
+            try c.encode(cursor, forKey: .cursor)
+        case .message(let seq, let message):
+            try c.encode("msg", forKey: .op)
+            try c.encodeIfPresent(seq, forKey: .seq)
+            try c.encode(message, forKey: .message)
+        case .sent(let id, let messageID, let timestamp):
+            try c.encode("sent", forKey: .op)
+            try c.encode(id, forKey: .id)
+            try c.encode(messageID, forKey: .messageID)
+            try c.encode(timestamp, forKey: .timestamp)
+        case .synced(let seq):
+            try c.encode("synced", forKey: .op)
+            try c.encode(seq, forKey: .seq)
+        case .pong: try c.encode("pong", forKey: .op)
+        case .error(let id, let code, let description):
+            try c.encode("error", forKey: .op)
+            try c.encodeIfPresent(id, forKey: .id)
+            try c.encode(code, forKey: .code)
+            try c.encode(description, forKey: .description)
+        case .closing(let reason):
+            try c.encode("closing", forKey: .op)
+            try c.encode(reason, forKey: .reason)
+        }
+    }
+}

@@ -1,0 +1,225 @@
+import BeaconCore
+
+/// `POST /{org}/{app}/token`.
+public struct TokenRequest: Sendable, Codable {
+    public var grantType: String
+    public var clientID: String?
+    public var clientSecret: String?
+    public var username: String?
+    public var password: String?
+    /// Requested lifetime in seconds (capped by the server).
+    public var ttl: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case grantType = "grant_type", clientID = "client_id", clientSecret = "client_secret", username, password, ttl
+    }
+
+    public static func password(username: String, password: String) -> TokenRequest {
+        TokenRequest(grantType: "password", username: username, password: password)
+    }
+
+    public static func clientCredentials(id: String, secret: String) -> TokenRequest {
+        TokenRequest(grantType: "client_credentials", clientID: id, clientSecret: secret)
+    }
+
+    public init(
+        grantType: String, clientID: String? = nil, clientSecret: String? = nil, username: String? = nil,
+        password: String? = nil, ttl: Int? = nil
+    ) {
+        self.grantType = grantType
+        self.clientID = clientID
+        self.clientSecret = clientSecret
+        self.username = username
+        self.password = password
+        self.ttl = ttl
+    }
+}
+
+public struct TokenResponse: Sendable, Codable {
+    public var accessToken: String
+    /// Seconds until the token expires.
+    public var expiresIn: Int
+    /// Present for app tokens: the app's key (`org#app`).
+    public var application: String?
+    /// Present for user tokens.
+    public var user: UserEntity?
+
+    enum CodingKeys: String, CodingKey {
+        case accessToken = "access_token", expiresIn = "expires_in", application, user
+    }
+
+    public init(accessToken: String, expiresIn: Int, application: String? = nil, user: UserEntity? = nil) {
+        self.accessToken = accessToken
+        self.expiresIn = expiresIn
+        self.application = application
+        self.user = user
+    }
+}
+
+/// A user as Easemob's REST API shows it.
+public struct UserEntity: Sendable, Codable, Hashable {
+    public var uuid: String
+    public var type: String
+    public var created: Int64
+    public var modified: Int64
+    public var username: String
+    public var activated: Bool
+    public var nickname: String?
+    public var timezone: String?
+
+    public init(
+        uuid: String, created: Int64, modified: Int64, username: String, nickname: String?, timezone: String?
+    ) {
+        self.uuid = uuid
+        self.type = "user"
+        self.created = created
+        self.modified = modified
+        self.username = username
+        self.activated = true
+        self.nickname = nickname
+        self.timezone = timezone
+    }
+}
+
+/// `POST /{org}/{app}/users` (one object or an array of them).
+public struct CreateUserRequest: Sendable, Codable {
+    public var username: String
+    public var password: String
+    public var nickname: String?
+
+    public init(username: String, password: String, nickname: String? = nil) {
+        self.username = username
+        self.password = password
+        self.nickname = nickname
+    }
+}
+
+/// `PUT /{org}/{app}/users/{username}`. Absent fields are left unchanged.
+public struct UpdateUserRequest: Sendable, Codable {
+    public var nickname: String?
+    public var timezone: String?
+
+    public init(nickname: String? = nil, timezone: String? = nil) {
+        self.nickname = nickname
+        self.timezone = timezone
+    }
+}
+
+/// `POST /{org}/{app}/chatgroups`.
+public struct CreateGroupRequest: Sendable, Codable {
+    public var groupname: String
+    public var desc: String?
+    public var owner: String
+    public var members: [String]?
+    public var maxusers: Int?
+
+    public init(groupname: String, desc: String? = nil, owner: String, members: [String]? = nil, maxusers: Int? = nil) {
+        self.groupname = groupname
+        self.desc = desc
+        self.owner = owner
+        self.members = members
+        self.maxusers = maxusers
+    }
+}
+
+/// `POST /{org}/{app}/messages/users` and `/messages/chatgroups` (Easemob's current format).
+public struct SendMessageRequest: Sendable, Codable {
+    public var from: String?
+    public var to: [String]
+    public var type: MessageType
+    public var body: JSONValue
+    public var ext: [String: JSONValue]?
+    public var syncDevice: Bool?
+    public var routetype: String?
+
+    enum CodingKeys: String, CodingKey {
+        case from, to, type, body, ext, syncDevice = "sync_device", routetype
+    }
+
+    public init(
+        from: String? = nil, to: [String], type: MessageType, body: JSONValue, ext: [String: JSONValue]? = nil,
+        syncDevice: Bool? = nil, routetype: String? = nil
+    ) {
+        self.from = from
+        self.to = to
+        self.type = type
+        self.body = body
+        self.ext = ext
+        self.syncDevice = syncDevice
+        self.routetype = routetype
+    }
+}
+
+/// `POST /{org}/{app}/messages` (Easemob's legacy format): `msg` holds `type` beside the body fields.
+public struct LegacySendMessageRequest: Sendable, Codable {
+    public var targetType: String
+    public var target: [String]
+    public var msg: [String: JSONValue]
+    public var from: String?
+    public var ext: [String: JSONValue]?
+
+    enum CodingKeys: String, CodingKey {
+        case targetType = "target_type", target, msg, from, ext
+    }
+
+    public init(targetType: String, target: [String], msg: [String: JSONValue], from: String? = nil, ext: [String: JSONValue]? = nil) {
+        self.targetType = targetType
+        self.target = target
+        self.msg = msg
+        self.from = from
+        self.ext = ext
+    }
+}
+
+/// Easemob's error body.
+public struct ErrorBody: Sendable, Codable {
+    public var error: String
+    public var errorDescription: String
+    public var exception: String
+    public var timestamp: Int64
+    public var duration: Int
+
+    enum CodingKeys: String, CodingKey {
+        case error, errorDescription = "error_description", exception, timestamp, duration
+    }
+
+    public init(error: String, errorDescription: String, exception: String, timestamp: Int64) {
+        self.error = error
+        self.errorDescription = errorDescription
+        self.exception = exception
+        self.timestamp = timestamp
+        self.duration = 0
+    }
+}
+
+/// Easemob's success envelope: `data` or `entities` beside request metadata.
+public struct Envelope<Data: Codable & Sendable>: Sendable, Codable {
+    public var action: String
+    public var organization: String
+    public var application: String
+    public var applicationName: String
+    public var path: String
+    public var uri: String
+    public var timestamp: Int64
+    public var duration: Int
+    public var data: Data?
+    public var entities: Data?
+    public var count: Int?
+
+    public init(
+        action: String, organization: String, application: String, applicationName: String, path: String, uri: String,
+        timestamp: Int64, data: Data? = nil, entities: Data? = nil, count: Int? = nil
+    ) {
+        self.action = action
+        self.organization = organization
+        self.application = application
+        self.applicationName = applicationName
+        self.path = path
+        self.uri = uri
+        self.timestamp = timestamp
+        self.duration = 0
+        self.data = data
+        self.entities = entities
+        self.count = count
+    }
+}

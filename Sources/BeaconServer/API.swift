@@ -1,0 +1,149 @@
+import BeaconCore
+import BeaconProtocol
+import BeaconStorage
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Synchronization
+
+/// Who is calling a REST endpoint.
+enum Caller: Sendable, Equatable {
+    /// An app token: may act on anything in its app.
+    case app
+    /// A user token: may act only on that user's own resources.
+    case user(String)
+
+    func requireApp() throws {
+        guard self == .app else { throw BeaconError(.forbidden, "this operation needs an app token") }
+    }
+
+    /// Allows the app, or the user acting on themself.
+    func requireSelfOrApp(_ username: String) throws {
+        if case .user(let name) = self, name != username {
+            throw BeaconError(.forbidden, "a user token may only act on its own user")
+        }
+    }
+}
+
+/// Shared pieces of the REST handlers: app lookup, authentication, body decoding, Easemob envelopes.
+struct API: Sendable {
+    let store: any BeaconStore
+    let tokens: TokenIssuer
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+    private let apps = AppCache()
+
+    static let maxBodyBytes = 256 * 1024
+
+    init(store: any BeaconStore, tokens: TokenIssuer, clock: @escaping @Sendable () -> Int64, logger: Logger) {
+        self.store = store
+        self.tokens = tokens
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// The app named by the `:org/:app` path parameters.
+    func app(_ context: some RequestContext) async throws -> AppRecord {
+        let key = AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app"))
+        if let app = apps.get(key) { return app }
+        guard let app = try await store.app(key) else {
+            throw BeaconError(.appNotFound, "application \(key) does not exist")
+        }
+        apps.put(app)
+        return app
+    }
+
+    /// Authenticates the bearer token (header, or `access_token` query parameter for browsers' WebSockets).
+    func caller(_ request: Request, app: AppRecord) async throws -> Caller {
+        let header = request.headers[.authorization].flatMap { value -> String? in
+            let parts = value.split(separator: " ", maxSplits: 1)
+            return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
+        }
+        guard let token = header ?? request.uri.queryParameters.get("access_token") else {
+            throw BeaconError(.unauthorized, "missing bearer token")
+        }
+        guard let claims = tokens.verify(token, now: clock()), claims.app == app.id else {
+            throw BeaconError(.badAccessToken, "the token is invalid, expired or not for this app")
+        }
+        guard let username = claims.user else { return .app }
+        guard let user = try await store.user(username, app: app.id), claims.iat >= user.tokensValidAfter else {
+            throw BeaconError(.badAccessToken, "the token was revoked; log in again")
+        }
+        return .user(username)
+    }
+
+    func body<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+        var request = request
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: Self.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw BeaconError(.requestTooLarge, "request body exceeds \(Self.maxBodyBytes) bytes")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
+        } catch {
+            throw BeaconError(.jsonParse, "bad request body: \(describe(error))")
+        }
+    }
+
+    /// An Easemob success envelope with `data`.
+    func respond<T: Codable & Sendable>(_ request: Request, app: AppRecord, action: String, data: T, count: Int? = nil) -> Response {
+        Self.json(envelope(request, app: app, action: action, data: data, entities: nil, count: count))
+    }
+
+    /// An Easemob success envelope with `entities`.
+    func respond<T: Codable & Sendable>(_ request: Request, app: AppRecord, action: String, entities: T, count: Int? = nil) -> Response {
+        Self.json(envelope(request, app: app, action: action, data: nil, entities: entities, count: count))
+    }
+
+    private func envelope<T>(_ request: Request, app: AppRecord, action: String, data: T?, entities: T?, count: Int?) -> Envelope<T> {
+        Envelope(
+            action: action, organization: app.key.org, application: String(app.id), applicationName: app.key.name,
+            path: request.uri.path, uri: request.uri.description, timestamp: clock(), data: data, entities: entities, count: count)
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        return Response(
+            status: status, headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+/// Apps never change key once created, so positive lookups are cached.
+final class AppCache: Sendable {
+    private let table = Mutex<[AppKey: AppRecord]>([:])
+    func get(_ key: AppKey) -> AppRecord? { table.withLock { $0[key] } }
+    func put(_ app: AppRecord) { table.withLock { $0[app.key] = app } }
+}
+
+/// Renders every failure as Easemob's error body with a stable code.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let failure: BeaconError
+            switch error {
+            case let error as HTTPError where error.status == .notFound:
+                failure = BeaconError(.resourceNotFound, "url is invalid: \(request.method) \(request.uri.path)")
+            case let error as HTTPError where error.status == .methodNotAllowed:
+                failure = BeaconError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
+            case let error as HTTPError where error.status.code < 500:
+                failure = BeaconError(.illegalArgument, error.body ?? "bad request", status: Int(error.status.code))
+            default:
+                failure = BeaconError(wrapping: error, logger: logger)
+            }
+            let body = ErrorBody(
+                error: failure.code.rawValue, errorDescription: failure.message, exception: failure.exception, timestamp: clock())
+            return API.json(body, status: .init(code: failure.status))
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+/// Settings of one Beacon server process.
+public struct BeaconConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    /// Lifetime of issued tokens, seconds.
+    public var tokenLifetimeSeconds: Int
+    /// How often the retention service enforces offline limits.
+    public var retentionInterval: Duration
+    /// Stored messages held in memory per connection before a slow device is switched to reading the store.
+    public var outboxLimit: Int
+    /// This node's id within a cluster (part of every message id).
+    public var node: UInt16
+    /// The clock, milliseconds since 1970. Tests replace it.
+    public var clock: @Sendable () -> Int64
+
+    public init(
+        host: String = "127.0.0.1", port: Int = 8080, tokenLifetimeSeconds: Int = 7 * 24 * 3600,
+        retentionInterval: Duration = .seconds(60), outboxLimit: Int = 1024, node: UInt16 = 0,
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+    ) {
+        self.host = host
+        self.port = port
+        self.tokenLifetimeSeconds = tokenLifetimeSeconds
+        self.retentionInterval = retentionInterval
+        self.outboxLimit = outboxLimit
+        self.node = node
+        self.clock = clock
+    }
+}
+
+/// A Beacon server: the REST API and WebSocket gateway on one port, plus its background services.
+public struct BeaconServer: Sendable {
+    public let store: any BeaconStore
+    public let configuration: BeaconConfiguration
+    /// Who is online on this node.
+    public var presence: any PresenceRegistry { registry }
+    let registry: ConnectionRegistry
+    let messages: MessageService
+    let api: API
+    let logger: Logger
+
+    public init(
+        store: any BeaconStore, configuration: BeaconConfiguration, observer: (any StoredMessageObserver)? = nil, logger: Logger
+    ) async throws {
+        self.store = store
+        self.configuration = configuration
+        self.logger = logger
+        let key = try await store.setting("token_signing_key") { Credentials.randomToken() }
+        registry = ConnectionRegistry()
+        messages = MessageService(store: store, registry: registry, observer: observer, node: configuration.node, clock: configuration.clock)
+        api = API(store: store, tokens: TokenIssuer(keyMaterial: key), clock: configuration.clock, logger: logger)
+    }
+
+    /// The HTTP application. `onRunning` receives the bound port (useful with port 0).
+    public func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
+        router.get("/health") { _, _ in "ok" }
+        Routes(api: api, messages: messages, registry: registry, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds)
+            .register(on: router)
+
+        let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+        webSocketRouter.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
+        webSocketRouter.ws("/:org/:app/ws") { request, context in
+            _ = try await authenticateDevice(request, context)
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
+            let session = DeviceSession(
+                app: app, username: username, deviceID: deviceID, messages: messages, registry: registry,
+                clock: configuration.clock, outboxLimit: configuration.outboxLimit,
+                logger: context.logger)
+            try await session.run(inbound: inbound, outbound: outbound)
+        }
+
+        let logger = self.logger
+        return Application(
+            router: router,
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: webSocketRouter,
+                configuration: .init(ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
+            services: [RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger)],
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? 0
+                logger.notice("Beacon listening on http://\(configuration.host):\(port)")
+                await onRunning(port)
+            },
+            logger: logger
+        ).withGracefulShutdown(of: registry)
+    }
+
+    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
+    private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, String, String) {
+        let app = try await api.app(context)
+        guard case .user(let username) = try await api.caller(request, app: app) else {
+            throw BeaconError(.forbidden, "a device connects with a user token")
+        }
+        guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
+            throw BeaconError.illegal("device_id (1-128 bytes) is required")
+        }
+        return (app, username, deviceID)
+    }
+}
+
+extension Application {
+    /// Closes every device connection when shutdown begins, so the server does not wait for clients.
+    fileprivate func withGracefulShutdown(of registry: ConnectionRegistry) -> some ApplicationProtocol {
+        var application = self
+        application.addServices(ConnectionCloser(registry: registry))
+        return application
+    }
+}
+
+/// On graceful shutdown, tells every device to go (they reconnect elsewhere or later and sync).
+struct ConnectionCloser: Service {
+    let registry: ConnectionRegistry
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        registry.disconnectEveryone(reason: "shutdown")
+    }
+}
+
+/// Enforces each app's offline limits (count per conversation, age) at a fixed interval.
+struct RetentionService: Service {
+    let store: any BeaconStore
+    let interval: Duration
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully {
+            do {
+                for app in try await store.allApps() {
+                    let removed = try await store.enforceRetention(app, now: clock())
+                    if removed > 0 { logger.info("retention removed stored messages", metadata: ["app": "\(app.key)", "count": "\(removed)"]) }
+                }
+            } catch {
+                logger.error("retention failed", metadata: ["error": "\(error)"])
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+        }
+    }
+}

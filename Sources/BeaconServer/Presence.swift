@@ -1,0 +1,169 @@
+import BeaconCore
+import BeaconProtocol
+import BeaconStorage
+import Synchronization
+
+/// Which devices of a user are online. The push pipeline asks this before pushing; a multi-node deployment
+/// implements it over shared state.
+public protocol PresenceRegistry: Sendable {
+    /// Device ids of the user's connected, authenticated devices.
+    func onlineDevices(of username: String, app: Int64) -> [String]
+}
+
+/// A user within an app.
+struct UserKey: Hashable, Sendable {
+    var app: Int64
+    var username: String
+}
+
+/// The live connections of this node, by user and device. Hands stored and online-only messages to the
+/// connected devices; never blocks on a slow one (see `DeviceOutbox`).
+final class ConnectionRegistry: PresenceRegistry {
+    private let connections = Mutex<[UserKey: [String: DeviceOutbox]]>([:])
+
+    func onlineDevices(of username: String, app: Int64) -> [String] {
+        connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.keys) } ?? [] }
+    }
+
+    /// Registers a device's connection; an earlier connection of the same device is told to close.
+    func register(_ outbox: DeviceOutbox) {
+        let replaced = connections.withLock { table in
+            table[outbox.user, default: [:]].updateValue(outbox, forKey: outbox.deviceID)
+        }
+        replaced?.close(reason: "replaced")
+    }
+
+    /// Removes the connection if it is still the registered one for its device.
+    func unregister(_ outbox: DeviceOutbox) {
+        connections.withLock { table in
+            guard table[outbox.user]?[outbox.deviceID] === outbox else { return }
+            table[outbox.user]?[outbox.deviceID] = nil
+            if table[outbox.user]?.isEmpty == true { table[outbox.user] = nil }
+        }
+    }
+
+    /// Hands freshly stored inbox entries to the connected devices of their users.
+    func deliver(_ entries: [InboxEntry], app: Int64) {
+        let byUser = Dictionary(grouping: entries, by: \.username)
+        let targets = connections.withLock { table in
+            byUser.compactMap { username, entries in table[UserKey(app: app, username: username)].map { ($0.values, entries) } }
+        }
+        for (outboxes, entries) in targets {
+            for outbox in outboxes { outbox.enqueue(entries) }
+        }
+    }
+
+    /// Hands an online-only message to the connected devices of `usernames`, except the device it came from.
+    func deliverOnline(_ message: Message, to usernames: [String], app: Int64, exceptDevice origin: String?) {
+        let outboxes = connections.withLock { table in
+            usernames.flatMap { username in table[UserKey(app: app, username: username)]?.values.map { $0 } ?? [] }
+        }
+        for outbox in outboxes where !(outbox.user.username == message.from && outbox.deviceID == origin) {
+            outbox.enqueueOnline(message)
+        }
+    }
+
+    /// Closes every connection of the user.
+    func disconnectAll(of username: String, app: Int64, reason: String) {
+        let outboxes = connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.values) } ?? [] }
+        for outbox in outboxes { outbox.close(reason: reason) }
+    }
+
+    /// Closes every connection (graceful shutdown).
+    func disconnectEveryone(reason: String) {
+        let outboxes = connections.withLock { $0.values.flatMap(\.values) }
+        for outbox in outboxes { outbox.close(reason: reason) }
+    }
+}
+
+/// Everything waiting to be written to one device's WebSocket, bounded so that a slow reader never holds up
+/// senders: when too many stored messages pile up, they are dropped from memory and re-read from the store
+/// (where they are safe) once the device catches up.
+final class DeviceOutbox: Sendable {
+    let user: UserKey
+    let deviceID: String
+    /// Wakes the writer; holds at most one pending wake-up.
+    let wakeups: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
+    private let state = Mutex(Pending())
+    private let limit: Int
+
+    struct Pending {
+        var replies: [ServerFrame] = []
+        var stored: [InboxEntry] = []
+        var onlineOnly: [Message] = []
+        /// Stored messages were dropped (or the device asked to sync): read the store instead.
+        var mustFetch = false
+        var announceSynced = false
+        var closeReason: String?
+    }
+
+    init(user: UserKey, deviceID: String, limit: Int) {
+        self.user = user
+        self.deviceID = deviceID
+        self.limit = limit
+        (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func enqueue(_ entries: [InboxEntry]) {
+        state.withLock { pending in
+            if pending.mustFetch { return }
+            pending.stored.append(contentsOf: entries)
+            if pending.stored.count > limit {
+                pending.stored.removeAll()
+                pending.mustFetch = true
+            }
+        }
+        wake.yield()
+    }
+
+    func enqueueOnline(_ message: Message) {
+        // Online-only messages are best effort: a device that is this far behind loses the oldest.
+        state.withLock { pending in
+            pending.onlineOnly.append(message)
+            if pending.onlineOnly.count > limit { pending.onlineOnly.removeFirst() }
+        }
+        wake.yield()
+    }
+
+    /// Queues a direct answer (sent, error, pong). Returns false when the device has stopped reading them.
+    @discardableResult
+    func reply(_ frame: ServerFrame) -> Bool {
+        let accepted = state.withLock { pending in
+            guard pending.replies.count < limit else { return false }
+            pending.replies.append(frame)
+            return true
+        }
+        wake.yield()
+        return accepted
+    }
+
+    /// Asks the writer to read everything after the device's position from the store, then say `synced`.
+    func requestSync() {
+        state.withLock { pending in
+            pending.stored.removeAll()
+            pending.mustFetch = true
+            pending.announceSynced = true
+        }
+        wake.yield()
+    }
+
+    func close(reason: String) {
+        state.withLock { $0.closeReason = $0.closeReason ?? reason }
+        wake.yield()
+    }
+
+    /// Ends the writer loop for good.
+    func finish() {
+        wake.finish()
+    }
+
+    /// Takes everything pending.
+    func take() -> Pending {
+        state.withLock { pending in
+            let taken = pending
+            pending = Pending(closeReason: pending.closeReason)
+            return taken
+        }
+    }
+}

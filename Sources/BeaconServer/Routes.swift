@@ -1,0 +1,317 @@
+import BeaconCore
+import BeaconProtocol
+import BeaconStorage
+import Foundation
+import Hummingbird
+
+/// Decodes one object or an array of them (Easemob accepts both for user creation).
+struct OneOrMany<Element: Decodable>: Decodable {
+    var elements: [Element]
+
+    init(from decoder: any Decoder) throws {
+        if let many = try? [Element](from: decoder) {
+            elements = many
+        } else {
+            elements = [try Element(from: decoder)]
+        }
+    }
+}
+
+/// The REST API, Easemob's paths and bodies under `/{org}/{app}`.
+struct Routes {
+    let api: API
+    let messages: MessageService
+    let registry: ConnectionRegistry
+    let tokenLifetimeSeconds: Int
+
+    var store: any BeaconStore { api.store }
+
+    func register(on router: Router<some RequestContext>) {
+        let app = router.group("/:org/:app")
+        app.post("token", use: token)
+        app.post("users", use: createUsers)
+        app.get("users/:username", use: getUser)
+        app.put("users/:username", use: updateUser)
+        app.delete("users/:username", use: deleteUser)
+        app.get("users/:username/offline_msg_count", use: offlineCount)
+        app.get("users/:username/offline_msg_status/:msgid", use: offlineStatus)
+        app.get("users/:username/disconnect", use: disconnect)
+        app.post("users/:username/disconnect", use: disconnect)
+        app.post("chatgroups", use: createGroup)
+        app.get("chatgroups/:group", use: getGroup)
+        app.get("chatgroups/:group/users", use: groupMembers)
+        app.post("chatgroups/:group/users/:username", use: addGroupMember)
+        app.delete("chatgroups/:group/users/:username", use: removeGroupMember)
+        app.post("messages/users", use: { try await send($0, $1, chatType: .chat) })
+        app.post("messages/chatgroups", use: { try await send($0, $1, chatType: .groupchat) })
+        app.post("messages", use: sendLegacy)
+    }
+
+    // MARK: Tokens
+
+    @Sendable func token(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        let body = try await api.body(TokenRequest.self, from: request)
+        let now = api.clock()
+        let lifetime = min(max(body.ttl ?? tokenLifetimeSeconds, 1), 60 * 24 * 3600)
+        var claims = TokenClaims(app: app.id, user: nil, iat: now, exp: now + Int64(lifetime) * 1000)
+        switch body.grantType {
+        case "client_credentials":
+            guard body.clientID == app.clientID, let secret = body.clientSecret,
+                Credentials.hashSecret(secret) == app.clientSecretHash
+            else { throw BeaconError(.invalidGrant, "client_id or client_secret is wrong") }
+            return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, application: "\(app.key.org)#\(app.key.name)"))
+        case "password":
+            guard let username = body.username, let password = body.password,
+                let user = try await store.user(username, app: app.id),
+                Credentials.verifyPassword(password, hash: user.passwordHash)
+            else { throw BeaconError(.invalidGrant, "username or password is wrong") }
+            claims.user = username
+            return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, user: entity(user)))
+        default:
+            throw BeaconError.illegal("grant_type must be client_credentials or password")
+        }
+    }
+
+    // MARK: Users
+
+    @Sendable func createUsers(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let requests = try await api.body(OneOrMany<CreateUserRequest>.self, from: request).elements
+        guard (1...60).contains(requests.count) else { throw BeaconError.illegal("create 1-60 users per request") }
+        var newUsers: [NewUser] = []
+        for user in requests {
+            try Validation.validateUsername(user.username)
+            try Validation.validatePassword(user.password)
+            if let nickname = user.nickname { try Validation.validateNickname(nickname) }
+            newUsers.append(NewUser(username: user.username, passwordHash: try Credentials.hashPassword(user.password), nickname: user.nickname))
+        }
+        let created = try await store.createUsers(newUsers, app: app.id, now: api.clock())
+        return api.respond(request, app: app, action: "post", entities: created.map(entity))
+    }
+
+    @Sendable func getUser(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        return api.respond(request, app: app, action: "get", entities: [entity(user)], count: 1)
+    }
+
+    @Sendable func updateUser(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        let body = try await api.body(UpdateUserRequest.self, from: request)
+        if let nickname = body.nickname { try Validation.validateNickname(nickname) }
+        if let timezone = body.timezone { try Validation.validateTimeZone(timezone) }
+        guard
+            let updated = try await store.updateUser(
+                user.username, app: app.id, changes: UserChanges(nickname: body.nickname, timezone: body.timezone), now: api.clock())
+        else { throw BeaconError(.userNotFound, "user \(user.username) does not exist") }
+        return api.respond(request, app: app, action: "put", entities: [entity(updated)])
+    }
+
+    @Sendable func deleteUser(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let username = try context.parameters.require("username")
+        guard let user = try await store.user(username, app: app.id) else {
+            throw BeaconError(.userNotFound, "user \(username) does not exist")
+        }
+        registry.disconnectAll(of: username, app: app.id, reason: "kicked")
+        _ = try await store.deleteUser(username, app: app.id)
+        return api.respond(request, app: app, action: "delete", entities: [entity(user)])
+    }
+
+    @Sendable func offlineCount(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        let count = try await store.offlineCount(of: user.username, app: app.id)
+        return api.respond(request, app: app, action: "get", data: [user.username: String(count)])
+    }
+
+    @Sendable func offlineStatus(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        let text = try context.parameters.require("msgid")
+        guard let id = UInt64(text) else { throw BeaconError.illegal("msg_id must be a decimal message id") }
+        guard let status = try await store.offlineStatus(of: id, for: user.username, app: app.id) else {
+            throw BeaconError(.messageNotFound, "no stored message \(text) for \(user.username)")
+        }
+        return api.respond(request, app: app, action: "get", data: [text: status.rawValue])
+    }
+
+    /// Easemob's forced logout: every device of the user is disconnected and every token revoked.
+    @Sendable func disconnect(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        try await store.revokeTokens(of: user.username, app: app.id, before: api.clock() + 1)
+        registry.disconnectAll(of: user.username, app: app.id, reason: "kicked")
+        return api.respond(request, app: app, action: "get", data: ["result": true] as JSONValue)
+    }
+
+    /// The app and the `:username` user, which the caller must be (or be the app).
+    private func ownUser(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserRecord) {
+        let app = try await api.app(context)
+        let username = try context.parameters.require("username")
+        try await api.caller(request, app: app).requireSelfOrApp(username)
+        guard let user = try await store.user(username, app: app.id) else {
+            throw BeaconError(.userNotFound, "user \(username) does not exist")
+        }
+        return (app, user)
+    }
+
+    private func entity(_ user: UserRecord) -> UserEntity {
+        UserEntity(
+            uuid: user.uuid, created: user.createdAt, modified: user.modifiedAt, username: user.username, nickname: user.nickname,
+            timezone: user.timezone)
+    }
+
+    // MARK: Groups
+
+    @Sendable func createGroup(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let body = try await api.body(CreateGroupRequest.self, from: request)
+        try caller.requireSelfOrApp(body.owner)
+        guard (1...128).contains(body.groupname.count) else { throw BeaconError.illegal("groupname must be 1-128 characters") }
+        let maxUsers = body.maxusers ?? 10_000
+        guard (2...100_000).contains(maxUsers) else { throw BeaconError.illegal("maxusers must be 2-100000") }
+        let members = Array(Set((body.members ?? []) + [body.owner]))
+        guard members.count <= maxUsers else { throw BeaconError.illegal("more members than maxusers") }
+        let existing = try await store.existingUsers(members, app: app.id)
+        if let missing = members.sorted().first(where: { !existing.contains($0) }) {
+            throw BeaconError(.userNotFound, "user \(missing) does not exist")
+        }
+        let id = String(messages.nextID().id)
+        let group = GroupRecord(
+            appID: app.id, id: id, name: body.groupname, description: body.desc ?? "", owner: body.owner, maxUsers: maxUsers,
+            createdAt: api.clock())
+        try await store.createGroup(group, members: members)
+        return api.respond(request, app: app, action: "post", data: ["groupid": .string(id)] as JSONValue)
+    }
+
+    @Sendable func getGroup(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, group, members) = try await groupForMember(request, context)
+        let data: JSONValue = [
+            [
+                "id": .string(group.id), "name": .string(group.name), "description": .string(group.description),
+                "owner": .string(group.owner), "created": .number(Double(group.createdAt)),
+                "maxusers": .number(Double(group.maxUsers)), "affiliations_count": .number(Double(members.count)),
+                "affiliations": affiliations(group, members),
+            ]
+        ]
+        return api.respond(request, app: app, action: "get", data: data, count: 1)
+    }
+
+    @Sendable func groupMembers(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, group, members) = try await groupForMember(request, context)
+        return api.respond(request, app: app, action: "get", data: affiliations(group, members), count: members.count)
+    }
+
+    @Sendable func addGroupMember(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, group, username) = try await groupForOwner(request, context)
+        guard try await store.user(username, app: app.id) != nil else {
+            throw BeaconError(.userNotFound, "user \(username) does not exist")
+        }
+        guard try await store.groupMembers(group.id, app: app.id).count < group.maxUsers else {
+            throw BeaconError(.forbidden, "group \(group.id) is full")
+        }
+        _ = try await store.addGroupMember(username, group: group.id, app: app.id, now: api.clock())
+        return api.respond(
+            request, app: app, action: "post",
+            data: ["result": true, "groupid": .string(group.id), "action": "add_member", "user": .string(username)] as JSONValue)
+    }
+
+    @Sendable func removeGroupMember(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, group, username) = try await groupForOwner(request, context)
+        guard username != group.owner else { throw BeaconError(.forbidden, "the owner cannot be removed from the group") }
+        guard try await store.removeGroupMember(username, group: group.id, app: app.id) else {
+            throw BeaconError(.userNotFound, "user \(username) is not a member of group \(group.id)")
+        }
+        return api.respond(
+            request, app: app, action: "delete",
+            data: ["result": true, "groupid": .string(group.id), "action": "remove_member", "user": .string(username)] as JSONValue)
+    }
+
+    private func groupForMember(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, GroupRecord, [String]) {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let id = try context.parameters.require("group")
+        guard let group = try await store.group(id, app: app.id) else { throw BeaconError(.groupNotFound, "group \(id) does not exist") }
+        let members = try await store.groupMembers(id, app: app.id)
+        if case .user(let name) = caller, !members.contains(name) {
+            throw BeaconError(.forbidden, "\(name) is not a member of group \(id)")
+        }
+        return (app, group, members)
+    }
+
+    /// The group and the `:username` to add or remove; the caller must be the app or the group's owner
+    /// (a member may remove themself).
+    private func groupForOwner(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, GroupRecord, String) {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let id = try context.parameters.require("group")
+        let username = try context.parameters.require("username")
+        guard let group = try await store.group(id, app: app.id) else { throw BeaconError(.groupNotFound, "group \(id) does not exist") }
+        if case .user(let name) = caller, name != group.owner, !(request.method == .delete && name == username) {
+            throw BeaconError(.forbidden, "only the group owner may change its members")
+        }
+        return (app, group, username)
+    }
+
+    private func affiliations(_ group: GroupRecord, _ members: [String]) -> JSONValue {
+        .array(
+            [["owner": .string(group.owner)]]
+                + members.filter { $0 != group.owner }.map { ["member": .string($0)] as JSONValue })
+    }
+
+    // MARK: Messages
+
+    @Sendable func send(_ request: Request, _ context: some RequestContext, chatType: ChatType) async throws -> Response {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let body = try await api.body(SendMessageRequest.self, from: request)
+        return try await send(
+            request, app: app, caller: caller, from: body.from, to: body.to, chatType: chatType, type: body.type, body: body.body,
+            ext: body.ext, syncDevice: body.syncDevice ?? false, routetype: body.routetype)
+    }
+
+    @Sendable func sendLegacy(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let body = try await api.body(LegacySendMessageRequest.self, from: request)
+        let chatType: ChatType
+        switch body.targetType {
+        case "users": chatType = .chat
+        case "chatgroups": chatType = .groupchat
+        default: throw BeaconError.illegal("target_type can only be 'users' or 'chatgroups'")
+        }
+        guard let typeName = body.msg["type"]?.stringValue, let type = MessageType(rawValue: typeName) else {
+            throw BeaconError.illegal("msg.type must be one of \(MessageType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        var fields = body.msg
+        fields["type"] = nil
+        return try await send(
+            request, app: app, caller: caller, from: body.from, to: body.target, chatType: chatType, type: type,
+            body: .object(fields), ext: body.ext, syncDevice: false, routetype: nil)
+    }
+
+    private func send(
+        _ request: Request, app: AppRecord, caller: Caller, from: String?, to targets: [String], chatType: ChatType, type: MessageType,
+        body: JSONValue, ext: [String: JSONValue]?, syncDevice: Bool, routetype: String?
+    ) async throws -> Response {
+        let sender: String
+        switch caller {
+        case .app: sender = from ?? "admin"
+        case .user(let name):
+            guard from == nil || from == name else { throw BeaconError(.forbidden, "a user token may only send as its own user") }
+            sender = name
+        }
+        guard !sender.isEmpty else { throw BeaconError.illegal("from must not be empty") }
+        if let routetype, routetype != RouteType.online { throw BeaconError.illegal("routetype must be \(RouteType.online)") }
+        // As in Easemob, an app may send as any name; only real users get copies on their other devices.
+        let senderIsUser = try await store.user(sender, app: app.id) != nil
+        let outgoing = OutgoingMessage(
+            from: sender, chatType: chatType, type: type, body: body, ext: ext ?? [:], onlineOnly: routetype == RouteType.online,
+            originDevice: nil, copyToSender: senderIsUser && (syncDevice || chatType == .groupchat))
+        let sent = try await messages.send(outgoing, to: targets, app: app, enforceMembership: caller != .app)
+        var data: [String: String] = [:]
+        for (target, message) in sent { data[target] = String(message.id) }
+        return api.respond(request, app: app, action: "post", data: data)
+    }
+}

@@ -1,0 +1,67 @@
+import BeaconCore
+
+/// Everything Beacon keeps. One protocol, several databases: SQLite (embedded default) and PostgreSQL.
+/// Every implementation must pass the conformance suite in `Tests/BeaconStorageTests`.
+///
+/// Times are milliseconds since 1970, supplied by the caller so that tests control the clock.
+public protocol BeaconStore: Sendable {
+    // MARK: Server-wide settings
+
+    /// The value stored under `name`, storing `makeValue()` first if there is none (atomic across processes).
+    func setting(_ name: String, orInsert makeValue: @Sendable () -> String) async throws -> String
+
+    // MARK: Apps
+
+    /// Creates an app; fails with `duplicate` if `key` exists.
+    func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord
+    func app(_ key: AppKey) async throws -> AppRecord?
+    func app(id: Int64) async throws -> AppRecord?
+    func allApps() async throws -> [AppRecord]
+
+    // MARK: Users
+
+    /// Creates all users or none; fails with `duplicate` naming the first that exists.
+    func createUsers(_ users: [NewUser], app: Int64, now: Int64) async throws -> [UserRecord]
+    func user(_ username: String, app: Int64) async throws -> UserRecord?
+    /// The subset of `usernames` that exist.
+    func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String>
+    /// Applies `changes`; returns the updated user, or nil if there is none.
+    func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord?
+    /// Refuses every token issued to the user before `instant`.
+    func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws
+    /// Deletes the user with their inbox, cursors and group memberships. False if there was none.
+    func deleteUser(_ username: String, app: Int64) async throws -> Bool
+
+    // MARK: Groups
+
+    func createGroup(_ group: GroupRecord, members: [String]) async throws
+    func group(_ id: String, app: Int64) async throws -> GroupRecord?
+    /// Usernames of the group's members (the owner included), sorted.
+    func groupMembers(_ id: String, app: Int64) async throws -> [String]
+    /// False if the user was already a member.
+    func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool
+    /// False if the user was not a member.
+    func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool
+
+    // MARK: Messages
+
+    /// Stores `message` and one inbox entry per delivery, atomically, and returns the entries with their
+    /// sequence numbers. Deliveries to users that do not exist are skipped.
+    func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry]
+    /// The user's inbox entries after `seq`, oldest first.
+    func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
+    /// The highest sequence number this device has acknowledged (0 for a new device).
+    func cursor(of username: String, device: String, app: Int64) async throws -> Int64
+    /// Moves the device's cursor forward to `seq` (never backwards, never past the inbox).
+    func acknowledge(_ username: String, device: String, app: Int64, upTo seq: Int64, now: Int64) async throws
+    /// Number of stored messages no device of the user has acknowledged.
+    func offlineCount(of username: String, app: Int64) async throws -> Int
+    /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.
+    func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus?
+
+    // MARK: Retention
+
+    /// Drops inbox entries beyond the app's limits (count per conversation, age) and messages no inbox holds.
+    /// Returns the number of inbox entries removed.
+    func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
+}

@@ -1,0 +1,408 @@
+import BeaconCore
+import Foundation
+import GRDB
+
+/// The embedded default store: one SQLite file in WAL mode, through GRDB.
+///
+/// Several processes may open the same file (the CLI creates apps while the server runs): SQLite's own
+/// locking serialises their writes, with a busy timeout instead of immediate failures.
+public final class SQLiteStore: BeaconStore {
+    private let pool: DatabasePool
+
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    public init(path: String) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    /// Opens `beacon.sqlite` inside `directory`, creating the directory if needed.
+    public convenience init(directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try self.init(path: (directory as NSString).appendingPathComponent("beacon.sqlite"))
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+                    CREATE TABLE apps (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT, org TEXT NOT NULL, name TEXT NOT NULL,
+                        client_id TEXT NOT NULL UNIQUE, client_secret_hash TEXT NOT NULL,
+                        per_chat INTEGER NOT NULL, per_group INTEGER NOT NULL, max_age_seconds INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL, UNIQUE (org, name));
+                    CREATE TABLE users (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, uuid TEXT NOT NULL, password_hash TEXT NOT NULL,
+                        nickname TEXT, timezone TEXT, created_at INTEGER NOT NULL, modified_at INTEGER NOT NULL,
+                        tokens_valid_after INTEGER NOT NULL DEFAULT 0, inbox_seq INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (app_id, username));
+                    CREATE TABLE chat_groups (
+                        app_id INTEGER NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, description TEXT NOT NULL,
+                        owner TEXT NOT NULL, max_users INTEGER NOT NULL, created_at INTEGER NOT NULL,
+                        PRIMARY KEY (app_id, id));
+                    CREATE TABLE group_members (
+                        app_id INTEGER NOT NULL, group_id TEXT NOT NULL, username TEXT NOT NULL, joined_at INTEGER NOT NULL,
+                        PRIMARY KEY (app_id, group_id, username));
+                    CREATE INDEX group_members_by_user ON group_members (app_id, username);
+                    CREATE TABLE messages (
+                        app_id INTEGER NOT NULL, id INTEGER NOT NULL, sender TEXT NOT NULL, recipient TEXT NOT NULL,
+                        chat_type TEXT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL, ext TEXT NOT NULL,
+                        timestamp INTEGER NOT NULL, PRIMARY KEY (app_id, id));
+                    CREATE TABLE inbox (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, seq INTEGER NOT NULL, message_id INTEGER NOT NULL,
+                        conversation TEXT NOT NULL, chat_type TEXT NOT NULL, origin_device TEXT, created_at INTEGER NOT NULL,
+                        PRIMARY KEY (app_id, username, seq));
+                    CREATE INDEX inbox_by_message ON inbox (app_id, message_id);
+                    CREATE INDEX inbox_by_age ON inbox (app_id, created_at);
+                    CREATE TABLE device_cursors (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, device_id TEXT NOT NULL, acked_seq INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL, PRIMARY KEY (app_id, username, device_id));
+                    """)
+        }
+        return migrator
+    }
+
+    // MARK: Settings
+
+    public func setting(_ name: String, orInsert makeValue: @Sendable () -> String) async throws -> String {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", arguments: [name, makeValue()])
+            return try String.fetchOne(db, sql: "SELECT value FROM settings WHERE name = ?", arguments: [name])!
+        }
+    }
+
+    // MARK: Apps
+
+    public func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord {
+        try await pool.write { db in
+            try Self.mapConstraint("app \(key) already exists") {
+                try db.execute(
+                    sql: """
+                        INSERT INTO apps (org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [key.org, key.name, clientID, clientSecretHash, limits.perChat, limits.perGroup, limits.maxAgeSeconds, now])
+            }
+            return AppRecord(
+                id: db.lastInsertedRowID, key: key, clientID: clientID, clientSecretHash: clientSecretHash, limits: limits, createdAt: now)
+        }
+    }
+
+    public func app(_ key: AppKey) async throws -> AppRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE org = ? AND name = ?", arguments: [key.org, key.name]).map(Self.app(from:))
+        }
+    }
+
+    public func app(id: Int64) async throws -> AppRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE id = ?", arguments: [id]).map(Self.app(from:))
+        }
+    }
+
+    public func allApps() async throws -> [AppRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY id").map(Self.app(from:))
+        }
+    }
+
+    private static func app(from row: Row) -> AppRecord {
+        AppRecord(
+            id: row["id"], key: AppKey(org: row["org"], name: row["name"]), clientID: row["client_id"],
+            clientSecretHash: row["client_secret_hash"],
+            limits: OfflineLimits(perChat: row["per_chat"], perGroup: row["per_group"], maxAgeSeconds: row["max_age_seconds"]),
+            createdAt: row["created_at"])
+    }
+
+    // MARK: Users
+
+    public func createUsers(_ users: [NewUser], app: Int64, now: Int64) async throws -> [UserRecord] {
+        try await pool.write { db in
+            try users.map { user in
+                let record = UserRecord(
+                    appID: app, username: user.username, uuid: UUID().uuidString.lowercased(), passwordHash: user.passwordHash,
+                    nickname: user.nickname, timezone: nil, createdAt: now, modifiedAt: now, tokensValidAfter: 0)
+                try Self.mapConstraint("username \(user.username) already exists") {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO users (app_id, username, uuid, password_hash, nickname, created_at, modified_at)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """,
+                        arguments: [app, record.username, record.uuid, record.passwordHash, record.nickname, now, now])
+                }
+                return record
+            }
+        }
+    }
+
+    public func user(_ username: String, app: Int64) async throws -> UserRecord? {
+        try await pool.read { db in try Self.user(username, app: app, db: db) }
+    }
+
+    private static func user(_ username: String, app: Int64, db: Database) throws -> UserRecord? {
+        try Row.fetchOne(db, sql: "SELECT * FROM users WHERE app_id = ? AND username = ?", arguments: [app, username]).map { row in
+            UserRecord(
+                appID: row["app_id"], username: row["username"], uuid: row["uuid"], passwordHash: row["password_hash"],
+                nickname: row["nickname"], timezone: row["timezone"], createdAt: row["created_at"],
+                modifiedAt: row["modified_at"], tokensValidAfter: row["tokens_valid_after"])
+        }
+    }
+
+    public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
+        guard !usernames.isEmpty else { return [] }
+        return try await pool.read { db in
+            var found = Set<String>()
+            // Chunked to stay under SQLite's host-parameter limit.
+            for chunk in stride(from: 0, to: usernames.count, by: 500).map({ Array(usernames[$0..<min($0 + 500, usernames.count)]) }) {
+                let marks = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+                let names = try String.fetchAll(
+                    db, sql: "SELECT username FROM users WHERE app_id = ? AND username IN (\(marks))",
+                    arguments: StatementArguments([app] + chunk))
+                found.formUnion(names)
+            }
+            return found
+        }
+    }
+
+    public func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord? {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE users SET nickname = COALESCE(?, nickname), timezone = COALESCE(?, timezone), modified_at = ?
+                    WHERE app_id = ? AND username = ?
+                    """,
+                arguments: [changes.nickname, changes.timezone, now, app, username])
+            return try Self.user(username, app: app, db: db)
+        }
+    }
+
+    public func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "UPDATE users SET tokens_valid_after = MAX(tokens_valid_after, ?) WHERE app_id = ? AND username = ?",
+                arguments: [instant, app, username])
+        }
+    }
+
+    public func deleteUser(_ username: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            for table in ["inbox", "device_cursors", "group_members"] {
+                try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
+            }
+            try db.execute(sql: "DELETE FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
+            return db.changesCount > 0
+        }
+    }
+
+    // MARK: Groups
+
+    public func createGroup(_ group: GroupRecord, members: [String]) async throws {
+        try await pool.write { db in
+            try Self.mapConstraint("group \(group.id) already exists") {
+                try db.execute(
+                    sql: """
+                        INSERT INTO chat_groups (app_id, id, name, description, owner, max_users, created_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [group.appID, group.id, group.name, group.description, group.owner, group.maxUsers, group.createdAt])
+            }
+            let insert = try db.cachedStatement(
+                sql: "INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+            for member in Set(members + [group.owner]) {
+                try insert.execute(arguments: [group.appID, group.id, member, group.createdAt])
+            }
+        }
+    }
+
+    public func group(_ id: String, app: Int64) async throws -> GroupRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, id]).map { row in
+                GroupRecord(
+                    appID: row["app_id"], id: row["id"], name: row["name"], description: row["description"], owner: row["owner"],
+                    maxUsers: row["max_users"], createdAt: row["created_at"])
+            }
+        }
+    }
+
+    public func groupMembers(_ id: String, app: Int64) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(
+                db, sql: "SELECT username FROM group_members WHERE app_id = ? AND group_id = ? ORDER BY username", arguments: [app, id])
+        }
+    }
+
+    public func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: "INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                arguments: [app, group, username, now])
+            return db.changesCount > 0
+        }
+    }
+
+    public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM group_members WHERE app_id = ? AND group_id = ? AND username = ?", arguments: [app, group, username])
+            return db.changesCount > 0
+        }
+    }
+
+    // MARK: Messages
+
+    public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
+        let body = try Self.encode(message.body)
+        let ext = try Self.encode(.object(message.ext))
+        return try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    app, Int64(message.id), message.from, message.to, message.chatType.rawValue, message.type.rawValue, body, ext,
+                    message.timestamp,
+                ])
+            let nextSeq = try db.cachedStatement(
+                sql: "UPDATE users SET inbox_seq = inbox_seq + 1 WHERE app_id = ? AND username = ? RETURNING inbox_seq")
+            let insert = try db.cachedStatement(
+                sql: """
+                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+            var entries: [InboxEntry] = []
+            entries.reserveCapacity(deliveries.count)
+            for delivery in deliveries {
+                guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
+                let conversation = message.conversation(for: delivery.username)
+                try insert.execute(arguments: [
+                    app, delivery.username, seq, Int64(message.id), conversation.description, message.chatType.rawValue,
+                    delivery.originDevice, message.timestamp,
+                ])
+                entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
+            }
+            return entries
+        }
+    }
+
+    public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT i.seq, i.origin_device, m.* FROM inbox i
+                    JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id
+                    WHERE i.app_id = ? AND i.username = ? AND i.seq > ? ORDER BY i.seq LIMIT ?
+                    """,
+                arguments: [app, username, seq, limit])
+            return try rows.map { row in
+                InboxEntry(username: username, seq: row["seq"], message: try Self.message(from: row), originDevice: row["origin_device"])
+            }
+        }
+    }
+
+    public func cursor(of username: String, device: String, app: Int64) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(
+                db, sql: "SELECT acked_seq FROM device_cursors WHERE app_id = ? AND username = ? AND device_id = ?",
+                arguments: [app, username, device]) ?? 0
+        }
+    }
+
+    public func acknowledge(_ username: String, device: String, app: Int64, upTo seq: Int64, now: Int64) async throws {
+        try await pool.write { db in
+            guard let top = try Int64.fetchOne(db, sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
+            else { return }
+            try db.execute(
+                sql: """
+                    INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, device_id)
+                    DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
+                    """,
+                arguments: [app, username, device, min(max(seq, 0), top), now])
+        }
+    }
+
+    public func offlineCount(of username: String, app: Int64) async throws -> Int {
+        try await pool.read { db in
+            try Int.fetchOne(
+                db,
+                sql: """
+                    SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND seq > COALESCE(
+                        (SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
+                    """,
+                arguments: [app, username, app, username]) ?? 0
+        }
+    }
+
+    public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
+        try await pool.read { db in
+            guard let seq = try Int64.fetchOne(
+                db, sql: "SELECT seq FROM inbox WHERE app_id = ? AND message_id = ? AND username = ?",
+                arguments: [app, Int64(messageID), username])
+            else { return nil }
+            let acked = try Int64.fetchOne(
+                db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
+            return acked >= seq ? .delivered : .undelivered
+        }
+    }
+
+    // MARK: Retention
+
+    public func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM inbox WHERE app_id = ? AND created_at < ?",
+                arguments: [app.id, now - app.limits.maxAgeSeconds * 1000])
+            var removed = db.changesCount
+            try db.execute(
+                sql: """
+                    DELETE FROM inbox WHERE app_id = ? AND (username, seq) IN (
+                        SELECT username, seq FROM (
+                            SELECT username, seq, chat_type,
+                                   ROW_NUMBER() OVER (PARTITION BY username, conversation ORDER BY seq DESC) AS newest
+                            FROM inbox WHERE app_id = ?) ranked
+                        WHERE (chat_type = 'chat' AND newest > ?) OR (chat_type = 'groupchat' AND newest > ?))
+                    """,
+                arguments: [app.id, app.id, app.limits.perChat, app.limits.perGroup])
+            removed += db.changesCount
+            try db.execute(
+                sql: """
+                    DELETE FROM messages WHERE app_id = ? AND NOT EXISTS (
+                        SELECT 1 FROM inbox WHERE inbox.app_id = messages.app_id AND inbox.message_id = messages.id)
+                    """,
+                arguments: [app.id])
+            return removed
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func encode(_ value: JSONValue) throws -> String {
+        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+    }
+
+    private static func message(from row: Row) throws -> Message {
+        let decoder = JSONDecoder()
+        let body = try decoder.decode(JSONValue.self, from: Data((row["body"] as String).utf8))
+        let ext = try decoder.decode([String: JSONValue].self, from: Data((row["ext"] as String).utf8))
+        return Message(
+            id: UInt64(row["id"] as Int64), from: row["sender"], to: row["recipient"],
+            chatType: ChatType(rawValue: row["chat_type"]) ?? .chat, type: MessageType(rawValue: row["type"]) ?? .custom,
+            body: body, ext: ext, timestamp: row["timestamp"])
+    }
+
+    private static func mapConstraint<T>(_ description: String, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            throw BeaconError(.duplicate, description)
+        }
+    }
+}
