@@ -13,6 +13,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
@@ -34,6 +35,7 @@ let package = Package(
             "BeaconCore", "BeaconProtocol", "BeaconStorage",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -43,6 +45,7 @@ let package = Package(
         .target(name: "BeaconClient", dependencies: [
             "BeaconCore", "BeaconProtocol",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "beacon", dependencies: [

@@ -19,12 +19,15 @@ public struct BeaconConfiguration: Sendable {
     public var outboxLimit: Int
     /// This node's id within a cluster (part of every message id).
     public var node: UInt16
+    /// PBKDF2-SHA256 rounds for new password hashes.
+    public var passwordHashRounds: Int
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
     public init(
         host: String = "127.0.0.1", port: Int = 8080, tokenLifetimeSeconds: Int = 7 * 24 * 3600,
         retentionInterval: Duration = .seconds(60), outboxLimit: Int = 1024, node: UInt16 = 0,
+        passwordHashRounds: Int = 210_000,
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) {
         self.host = host
@@ -33,6 +36,7 @@ public struct BeaconConfiguration: Sendable {
         self.retentionInterval = retentionInterval
         self.outboxLimit = outboxLimit
         self.node = node
+        self.passwordHashRounds = passwordHashRounds
         self.clock = clock
     }
 }
@@ -65,7 +69,9 @@ public struct BeaconServer: Sendable {
         let router = Router(context: BasicWebSocketRequestContext.self)
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
         router.get("/health") { _, _ in "ok" }
-        Routes(api: api, messages: messages, registry: registry, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds)
+        Routes(
+            api: api, messages: messages, registry: registry, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
+            passwordHashRounds: configuration.passwordHashRounds)
             .register(on: router)
 
         let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)

@@ -5,10 +5,8 @@ import Foundation
 
 /// Password and client-secret hashing.
 enum Credentials {
-    static let rounds = 4096
-
-    /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts).
-    static func hashPassword(_ password: String) throws -> String {
+    /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts); the round count travels with the hash.
+    static func hashPassword(_ password: String, rounds: Int) throws -> String {
         let salt = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
         let derived = try derive(password, salt: salt, rounds: rounds)
         return "pbkdf2-sha256$\(rounds)$\(salt.base64EncodedString())$\(derived.base64EncodedString())"
@@ -25,7 +23,7 @@ enum Credentials {
 
     private static func derive(_ password: String, salt: Data, rounds: Int) throws -> Data {
         try KDF.Insecure.PBKDF2.deriveKey(
-            from: Array(password.utf8), salt: salt, using: .sha256, outputByteCount: 32, rounds: rounds
+            from: Array(password.utf8), salt: salt, using: .sha256, outputByteCount: 32, unsafeUncheckedRounds: rounds
         ).withUnsafeBytes { Data($0) }
     }
 

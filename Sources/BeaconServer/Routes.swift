@@ -23,6 +23,7 @@ struct Routes {
     let messages: MessageService
     let registry: ConnectionRegistry
     let tokenLifetimeSeconds: Int
+    let passwordHashRounds: Int
 
     var store: any BeaconStore { api.store }
 
@@ -85,7 +86,7 @@ struct Routes {
             try Validation.validateUsername(user.username)
             try Validation.validatePassword(user.password)
             if let nickname = user.nickname { try Validation.validateNickname(nickname) }
-            newUsers.append(NewUser(username: user.username, passwordHash: try Credentials.hashPassword(user.password), nickname: user.nickname))
+            newUsers.append(NewUser(username: user.username, passwordHash: try Credentials.hashPassword(user.password, rounds: passwordHashRounds), nickname: user.nickname))
         }
         let created = try await store.createUsers(newUsers, app: app.id, now: api.clock())
         return api.respond(request, app: app, action: "post", entities: created.map(entity))

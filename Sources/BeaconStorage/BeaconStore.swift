@@ -54,7 +54,7 @@ public protocol BeaconStore: Sendable {
     func cursor(of username: String, device: String, app: Int64) async throws -> Int64
     /// Moves the device's cursor forward to `seq` (never backwards, never past the inbox).
     func acknowledge(_ username: String, device: String, app: Int64, upTo seq: Int64, now: Int64) async throws
-    /// Number of stored messages no device of the user has acknowledged.
+    /// Number of stored messages received (not sent) by the user that no device of theirs has acknowledged.
     func offlineCount(of username: String, app: Int64) async throws -> Int
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.
     func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus?

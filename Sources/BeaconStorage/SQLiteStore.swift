@@ -334,7 +334,7 @@ public final class SQLiteStore: BeaconStore {
             try Int.fetchOne(
                 db,
                 sql: """
-                    SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND seq > COALESCE(
+                    SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND origin_device IS NULL AND seq > COALESCE(
                         (SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
                     """,
                 arguments: [app, username, app, username]) ?? 0

@@ -1,0 +1,305 @@
+import BeaconCore
+import BeaconProtocol
+import Foundation
+import HTTPTypes
+import HummingbirdWSClient
+import Logging
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How a `BeaconClient` reaches its server and identifies its device.
+public struct BeaconOptions: Sendable {
+    /// The app key, `org#app` (Easemob's form) or `org/app`.
+    public var appKey: String
+    /// The server's base URL, e.g. `http://127.0.0.1:8080`.
+    public var serverURL: URL
+    /// The push configuration ("certificate") name this app build uses, for device-token binding.
+    public var apnsCertName: String?
+    /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it.
+    public var timeZone: String
+    /// A stable id for this installation. Messages are tracked per device.
+    public var deviceID: String
+    /// Delay before the first reconnect attempt; doubles up to `maxReconnectDelay`.
+    public var reconnectDelay: Duration
+    public var maxReconnectDelay: Duration
+
+    public init(
+        appKey: String, serverURL: URL, apnsCertName: String? = nil, timeZone: String = TimeZone.current.identifier,
+        deviceID: String = UUID().uuidString, reconnectDelay: Duration = .milliseconds(100), maxReconnectDelay: Duration = .seconds(10)
+    ) {
+        self.appKey = appKey
+        self.serverURL = serverURL
+        self.apnsCertName = apnsCertName
+        self.timeZone = timeZone
+        self.deviceID = deviceID
+        self.reconnectDelay = reconnectDelay
+        self.maxReconnectDelay = maxReconnectDelay
+    }
+
+    /// `org/app`, the path prefix of every REST call.
+    var appPath: String { appKey.replacingOccurrences(of: "#", with: "/") }
+}
+
+/// Errors the SDK reports.
+public enum BeaconClientError: Error, Sendable, Equatable {
+    /// The server refused the request with a stable error `code` (see the server's docs/errors.md).
+    case server(status: Int, code: String, description: String)
+    /// Not logged in.
+    case notLoggedIn
+    /// The connection dropped before the server answered; the send may or may not have been stored.
+    case disconnected
+    /// The server logged this user out (kicked, or the account was deleted); log in again.
+    case kicked
+    case badResponse(String)
+}
+
+/// What happens to the connection, for UI and tests.
+public enum ConnectionEvent: Sendable, Equatable {
+    case connected
+    /// Everything stored for this device up to `seq` has been received.
+    case synced(seq: Int64)
+    case disconnected
+    /// Another connection of the same device replaced this one.
+    case replaced
+    /// The server logged this user out; the client stops reconnecting.
+    case kicked
+}
+
+/// The Beacon client SDK: logs in, keeps a WebSocket open (reconnecting and syncing by itself),
+/// sends messages and delivers incoming ones, each exactly once, in order.
+public actor BeaconClient {
+    public let options: BeaconOptions
+    /// Incoming messages: live ones and, after each reconnect, everything missed while away.
+    public nonisolated let messages: AsyncStream<Message>
+    /// Connection changes.
+    public nonisolated let events: AsyncStream<ConnectionEvent>
+
+    private let messageSink: AsyncStream<Message>.Continuation
+    private let eventSink: AsyncStream<ConnectionEvent>.Continuation
+    private let logger: Logger
+    private var token: String?
+    public private(set) var username: String?
+    private var connection: Task<Void, Never>?
+    private var outbound: WebSocketOutboundWriter?
+    private var waitingForConnection: [CheckedContinuation<Void, any Error>] = []
+    private var pendingSends: [String: CheckedContinuation<Message, any Error>] = [:]
+    private var pendingDrafts: [String: OutgoingChatMessage] = [:]
+    private var lastSeq: Int64 = 0
+    private var sendCounter = 0
+    /// Set when the server said this connection must not come back (kicked, replaced).
+    private var stopReconnecting = false
+
+    public init(options: BeaconOptions, logger: Logger = Logger(label: "beacon.client")) {
+        self.options = options
+        self.logger = logger
+        (messages, messageSink) = AsyncStream.makeStream(of: Message.self)
+        (events, eventSink) = AsyncStream.makeStream(of: ConnectionEvent.self)
+    }
+
+    // MARK: Session
+
+    /// Logs in with a username and password, then connects.
+    public func login(username: String, password: String) async throws {
+        let response: TokenResponse = try await post("token", body: TokenRequest.password(username: username, password: password))
+        try await login(token: response.accessToken, username: username)
+    }
+
+    /// Logs in with a user token obtained elsewhere (e.g. from the app's own backend), then connects.
+    public func login(token: String, username: String) async throws {
+        self.token = token
+        self.username = username
+        startConnection()
+        try await waitUntilConnected()
+    }
+
+    /// Disconnects and forgets the token. Messages arriving meanwhile wait on the server.
+    public func logout() async {
+        token = nil
+        let task = connection
+        connection = nil
+        try? await outbound?.close(.normalClosure, reason: "logout")
+        task?.cancel()
+        await task?.value
+        failPending(with: BeaconClientError.notLoggedIn)
+    }
+
+    /// Sends a message; returns it as the server stored it (id, timestamp).
+    @discardableResult
+    public func send(_ draft: OutgoingChatMessage) async throws -> Message {
+        try await waitUntilConnected()
+        sendCounter += 1
+        let id = "c\(sendCounter)"
+        let request = ClientFrame.SendRequest(
+            id: id, to: draft.to, chatType: draft.chatType, type: draft.content.type, body: draft.content.body,
+            ext: draft.ext.isEmpty ? nil : draft.ext, routetype: draft.onlineOnly ? RouteType.online : nil)
+        pendingDrafts[id] = draft
+        return try await withCheckedThrowingContinuation { continuation in
+            pendingSends[id] = continuation
+            Task { await self.write(.send(request), failing: id) }
+        }
+    }
+
+    // MARK: REST
+
+    /// POSTs `body` to `/{org}/{app}/{path}` with the user token (if any) and decodes the answer.
+    func post<Body: Encodable, Answer: Decodable>(_ path: String, body: Body) async throws -> Answer {
+        try await request("POST", path, body: body)
+    }
+
+    func request<Body: Encodable, Answer: Decodable>(_ method: String, _ path: String, body: Body?) async throws -> Answer {
+        var request = URLRequest(url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent(path))
+        request.httpMethod = method
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let body { request.httpBody = try JSONEncoder().encode(body) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            if let error = try? JSONDecoder().decode(ErrorBody.self, from: data) {
+                throw BeaconClientError.server(status: status, code: error.error, description: error.errorDescription)
+            }
+            throw BeaconClientError.badResponse("HTTP \(status)")
+        }
+        do {
+            return try JSONDecoder().decode(Answer.self, from: data)
+        } catch {
+            throw BeaconClientError.badResponse("\(error)")
+        }
+    }
+
+    // MARK: Connection
+
+    private func startConnection() {
+        connection?.cancel()
+        connection = Task { await self.connectionLoop() }
+    }
+
+    private func connectionLoop() async {
+        var delay = options.reconnectDelay
+        while !Task.isCancelled, let token {
+            var url = URLComponents(url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)!
+            url.scheme = url.scheme == "https" ? "wss" : "ws"
+            url.queryItems = [URLQueryItem(name: "device_id", value: options.deviceID)]
+            var headers = HTTPFields()
+            headers[.authorization] = "Bearer \(token)"
+            stopReconnecting = false
+            do {
+                try await WebSocketClient.connect(
+                    url: url.string!, configuration: .init(maxFrameSize: 64 * 1024, additionalHeaders: headers), logger: logger
+                ) { inbound, outbound, _ in
+                    await self.connected(outbound)
+                    for try await message in inbound.messages(maxSize: 1 << 20) {
+                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                        else { continue }
+                        await self.handle(frame, outbound: outbound)
+                    }
+                }
+                delay = options.reconnectDelay
+            } catch {
+                logger.debug("connection failed", metadata: ["error": "\(error)"])
+            }
+            disconnected()
+            if stopReconnecting || Task.isCancelled { return }
+            try? await Task.sleep(for: delay)
+            delay = min(delay * 2, options.maxReconnectDelay)
+        }
+    }
+
+    private func handle(_ frame: ServerFrame, outbound: WebSocketOutboundWriter) async {
+        switch frame {
+        case .welcome(let username, _, let cursor):
+            self.username = username
+            lastSeq = max(lastSeq, cursor)
+            eventSink.yield(.connected)
+            resumeWaiters()
+        case .message(let seq, let wire):
+            guard let message = wire.message else { break }
+            if let seq {
+                guard seq > lastSeq else { break }  // already delivered before a reconnect
+                lastSeq = seq
+                messageSink.yield(message)
+                try? await outbound.writeTextMessage(Self.encode(.ack(seq: seq)))
+            } else {
+                messageSink.yield(message)
+            }
+        case .sent(let id, let messageID, let timestamp):
+            guard let continuation = pendingSends.removeValue(forKey: id), let draft = pendingDrafts.removeValue(forKey: id) else { break }
+            continuation.resume(
+                returning: Message(
+                    id: UInt64(messageID) ?? 0, from: username ?? "", to: draft.to, chatType: draft.chatType, type: draft.content.type,
+                    body: draft.content.body, ext: draft.ext, timestamp: timestamp, onlineOnly: draft.onlineOnly))
+        case .synced(let seq):
+            eventSink.yield(.synced(seq: seq))
+        case .pong:
+            break
+        case .error(let id, let code, let description):
+            if let id, let continuation = pendingSends.removeValue(forKey: id) {
+                pendingDrafts[id] = nil
+                continuation.resume(throwing: BeaconClientError.server(status: 400, code: code, description: description))
+            } else {
+                logger.warning("server error", metadata: ["code": "\(code)", "description": "\(description)"])
+            }
+        case .closing(let reason):
+            if reason == "kicked" {
+                token = nil
+                eventSink.yield(.kicked)
+                failPending(with: BeaconClientError.kicked)
+                stopReconnecting = true
+            } else if reason == "replaced" {
+                eventSink.yield(.replaced)
+                stopReconnecting = true
+            }
+        }
+    }
+
+    private func connected(_ outbound: WebSocketOutboundWriter) {
+        self.outbound = outbound
+    }
+
+    private func disconnected() {
+        outbound = nil
+        eventSink.yield(.disconnected)
+        for (id, continuation) in pendingSends {
+            pendingDrafts[id] = nil
+            continuation.resume(throwing: BeaconClientError.disconnected)
+        }
+        pendingSends.removeAll()
+    }
+
+    private func waitUntilConnected() async throws {
+        guard token != nil else { throw BeaconClientError.notLoggedIn }
+        if outbound != nil, username != nil { return }
+        try await withCheckedThrowingContinuation { waitingForConnection.append($0) }
+    }
+
+    private func resumeWaiters() {
+        let waiters = waitingForConnection
+        waitingForConnection.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func failPending(with error: BeaconClientError) {
+        let waiters = waitingForConnection
+        waitingForConnection.removeAll()
+        for waiter in waiters { waiter.resume(throwing: error) }
+        for (_, continuation) in pendingSends { continuation.resume(throwing: error) }
+        pendingSends.removeAll()
+        pendingDrafts.removeAll()
+    }
+
+    private func write(_ frame: ClientFrame, failing id: String) async {
+        do {
+            guard let outbound else { throw BeaconClientError.disconnected }
+            try await outbound.writeTextMessage(Self.encode(frame))
+        } catch {
+            pendingDrafts[id] = nil
+            pendingSends.removeValue(forKey: id)?.resume(throwing: BeaconClientError.disconnected)
+        }
+    }
+
+    private static func encode(_ frame: ClientFrame) -> String {
+        String(decoding: (try? JSONEncoder().encode(frame)) ?? Data(), as: UTF8.self)
+    }
+}

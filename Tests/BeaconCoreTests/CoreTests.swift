@@ -1,0 +1,124 @@
+import BeaconCore
+import BeaconProtocol
+import Foundation
+import Testing
+
+@Suite struct MessageIDTests {
+    @Test func idsIncreaseWithinAndAcrossMilliseconds() {
+        var generator = MessageIDGenerator(node: 3)
+        let t: Int64 = 1_800_000_000_000
+        let ids = (0..<5000).map { generator.next(nowMilliseconds: t + Int64($0 / 1000)) }
+        #expect(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 })
+        #expect(MessageIDGenerator.timestamp(of: ids[0]) == t)
+    }
+
+    @Test func idsNeverGoBackwardsWhenTheClockDoes() {
+        var generator = MessageIDGenerator()
+        let first = generator.next(nowMilliseconds: 1_800_000_000_500)
+        let second = generator.next(nowMilliseconds: 1_800_000_000_000)
+        #expect(second > first)
+    }
+}
+
+@Suite struct ValidationTests {
+    @Test(arguments: ["alice", "a", "user_1.x-y", String(repeating: "a", count: 64)])
+    func acceptsUsernames(_ name: String) throws {
+        try Validation.validateUsername(name)
+    }
+
+    @Test(arguments: ["", "Alice", "a b", "émile", String(repeating: "a", count: 65), "a/b"])
+    func rejectsUsernames(_ name: String) {
+        #expect(throws: BeaconError.self) { try Validation.validateUsername(name) }
+    }
+
+    @Test func timeZonesMustBeKnown() throws {
+        try Validation.validateTimeZone("Asia/Tokyo")
+        try Validation.validateTimeZone("UTC")
+        #expect(throws: BeaconError.self) { try Validation.validateTimeZone("Mars/Olympus") }
+        #expect(throws: BeaconError.self) { try Validation.validateTimeZone("") }
+    }
+
+    @Test(arguments: [
+        (MessageType.txt, ["msg": "hi"] as JSONValue), (.cmd, ["action": "typing"]), (.img, ["url": "https://x/y.png"]),
+        (.loc, ["lat": 1.5, "lng": 2, "addr": "here"] as JSONValue), (.custom, ["customEvent": "gift"]),
+    ])
+    func acceptsWellFormedBodies(type: MessageType, body: JSONValue) throws {
+        try Validation.validateContent(type: type, body: body, ext: [:])
+    }
+
+    @Test(arguments: [
+        (MessageType.txt, ["msg": 1] as JSONValue), (.txt, "hi"), (.cmd, [:]), (.loc, ["lat": "1", "lng": 2] as JSONValue),
+        (.custom, ["customExts": [:]] as JSONValue),
+    ])
+    func rejectsBodiesThatDoNotMatchTheirType(type: MessageType, body: JSONValue) {
+        #expect(throws: BeaconError.self) { try Validation.validateContent(type: type, body: body, ext: [:]) }
+    }
+
+    @Test func limitsBodyPlusExtToFiveKilobytes() throws {
+        let half = String(repeating: "x", count: 2500)
+        try Validation.validateContent(type: .txt, body: ["msg": .string(half)], ext: ["a": .string(half)])
+        do {
+            try Validation.validateContent(type: .txt, body: ["msg": .string(half)], ext: ["a": .string(half + half)])
+            Issue.record("expected a size error")
+        } catch {
+            #expect(error.code == .requestTooLarge)
+            #expect(error.status == 413)
+        }
+    }
+
+    @Test func parsesAppKeys() throws {
+        #expect(try AppKey(parsing: "acme/chat") == AppKey(org: "acme", name: "chat"))
+        #expect(try AppKey(parsing: "acme#chat") == AppKey(org: "acme", name: "chat"))
+        #expect(throws: BeaconError.self) { try AppKey(parsing: "acme") }
+        #expect(throws: BeaconError.self) { try AppKey(parsing: "acme/chat/x") }
+    }
+
+    @Test func conversationIsThePeerOrTheGroup() {
+        let direct = Message(id: 1, from: "alice", to: "bob", chatType: .chat, type: .txt, body: [:], timestamp: 0)
+        #expect(direct.conversation(for: "bob").description == "chat:alice")
+        #expect(direct.conversation(for: "alice").description == "chat:bob")
+        let group = Message(id: 1, from: "alice", to: "g1", chatType: .groupchat, type: .txt, body: [:], timestamp: 0)
+        #expect(group.conversation(for: "bob").description == "groupchat:g1")
+        #expect(ConversationID("groupchat:g1") == ConversationID(chatType: .groupchat, key: "g1"))
+    }
+}
+
+@Suite struct FrameTests {
+    @Test func clientFramesRoundTrip() throws {
+        let frames: [ClientFrame] = [
+            .send(.init(id: "c1", to: "bob", chatType: .chat, type: .txt, body: ["msg": "hi"], ext: ["k": true], routetype: "ROUTE_ONLINE")),
+            .ack(seq: 42), .sync, .ping,
+        ]
+        for frame in frames {
+            let data = try JSONEncoder().encode(frame)
+            #expect(try JSONDecoder().decode(ClientFrame.self, from: data) == frame)
+        }
+    }
+
+    @Test func serverFramesRoundTrip() throws {
+        let message = WireMessage(Message(id: 7, from: "a", to: "b", chatType: .chat, type: .txt, body: ["msg": "x"], timestamp: 5))
+        let frames: [ServerFrame] = [
+            .welcome(username: "a", deviceID: "d", cursor: 3), .message(seq: 4, message: message), .message(seq: nil, message: message),
+            .sent(id: "c1", messageID: "7", timestamp: 5), .synced(seq: 9), .pong, .error(id: nil, code: "json_parse", description: "x"),
+            .closing(reason: "kicked"),
+        ]
+        for frame in frames {
+            let data = try JSONEncoder().encode(frame)
+            #expect(try JSONDecoder().decode(ServerFrame.self, from: data) == frame)
+        }
+    }
+
+    @Test func sendFrameUsesDocumentedFieldNames() throws {
+        let json = #"{"op":"send","id":"c1","to":"bob","chat_type":"groupchat","type":"txt","body":{"msg":"hi"}}"#
+        let frame = try JSONDecoder().decode(ClientFrame.self, from: Data(json.utf8))
+        #expect(frame == .send(.init(id: "c1", to: "bob", chatType: .groupchat, type: .txt, body: ["msg": "hi"])))
+        #expect(throws: DecodingError.self) { try JSONDecoder().decode(ClientFrame.self, from: Data(#"{"op":"fly"}"#.utf8)) }
+    }
+
+    @Test func jsonValuesKeepIntegersExact() throws {
+        let value: JSONValue = ["n": 1_795_321_311_812, "f": .number(1.5), "s": "x", "a": [true, nil]]
+        let text = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+        #expect(text.contains("1795321311812"))
+        #expect(try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) == value)
+    }
+}

@@ -1,0 +1,193 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Testing
+
+/// The behaviour every `BeaconStore` must have. Each test runs against every store kind available here.
+enum StoreKind: String, CaseIterable, CustomTestStringConvertible {
+    case sqlite
+
+    var testDescription: String { rawValue }
+
+    /// A fresh, empty store in a temporary directory.
+    func make() throws -> any BeaconStore {
+        switch self {
+        case .sqlite:
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-store-\(UUID().uuidString)")
+            return try SQLiteStore(directory: directory.path)
+        }
+    }
+}
+
+private let now: Int64 = 1_800_000_000_000
+
+private func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default) async throws -> AppRecord {
+    try await store.createApp(AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "hash", limits: limits, now: now)
+}
+
+private func makeUsers(_ store: any BeaconStore, _ app: AppRecord, _ names: [String]) async throws {
+    _ = try await store.createUsers(names.map { NewUser(username: $0, passwordHash: "h") }, app: app.id, now: now)
+}
+
+private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at time: Int64 = now) -> Message {
+    Message(id: id, from: from, to: to, chatType: chatType, type: .txt, body: ["msg": .string("m\(id)")], ext: ["k": 1], timestamp: time)
+}
+
+@Suite struct StoreConformanceTests {
+    @Test(arguments: StoreKind.allCases)
+    func appsAreUniqueAndFoundByKeyAndID(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        #expect(try await store.app(AppKey(org: "acme", name: "chat")) == app)
+        #expect(try await store.app(id: app.id) == app)
+        #expect(try await store.app(AppKey(org: "acme", name: "other")) == nil)
+        await #expect(throws: BeaconError.self) { try await makeApp(store) }
+        #expect(try await store.allApps() == [app])
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func settingIsWrittenOnce(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let first = try await store.setting("key") { "one" }
+        let second = try await store.setting("key") { "two" }
+        #expect(first == "one")
+        #expect(second == "one")
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func usersAreCreatedAllOrNothing(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice"])
+        await #expect(throws: BeaconError.self) { try await makeUsers(store, app, ["bob", "alice"]) }
+        #expect(try await store.user("bob", app: app.id) == nil)
+        #expect(try await store.existingUsers(["alice", "bob", "carol"], app: app.id) == ["alice"])
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func userUpdatesKeepUnsetFields(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice"])
+        _ = try await store.updateUser("alice", app: app.id, changes: UserChanges(nickname: "Alice"), now: now + 1)
+        let updated = try await store.updateUser("alice", app: app.id, changes: UserChanges(timezone: "Asia/Tokyo"), now: now + 2)
+        #expect(updated?.nickname == "Alice")
+        #expect(updated?.timezone == "Asia/Tokyo")
+        #expect(updated?.modifiedAt == now + 2)
+        #expect(try await store.updateUser("nobody", app: app.id, changes: UserChanges(nickname: "x"), now: now) == nil)
+        try await store.revokeTokens(of: "alice", app: app.id, before: now + 5)
+        #expect(try await store.user("alice", app: app.id)?.tokensValidAfter == now + 5)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func groupsTrackMembers(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob", "carol"])
+        let group = GroupRecord(appID: app.id, id: "g1", name: "G", description: "", owner: "alice", maxUsers: 10, createdAt: now)
+        try await store.createGroup(group, members: ["bob"])
+        #expect(try await store.group("g1", app: app.id) == group)
+        #expect(try await store.groupMembers("g1", app: app.id) == ["alice", "bob"])
+        #expect(try await store.addGroupMember("carol", group: "g1", app: app.id, now: now))
+        #expect(try await !store.addGroupMember("carol", group: "g1", app: app.id, now: now))
+        #expect(try await store.removeGroupMember("bob", group: "g1", app: app.id))
+        #expect(try await !store.removeGroupMember("bob", group: "g1", app: app.id))
+        #expect(try await store.groupMembers("g1", app: app.id) == ["alice", "carol"])
+        await #expect(throws: BeaconError.self) { try await store.createGroup(group, members: []) }
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func appendNumbersEachInboxInOrder(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        for id in UInt64(1)...5 {
+            let entries = try await store.append(
+                text(id, from: "alice", to: "bob"), app: app.id,
+                deliveries: [Delivery(username: "bob"), Delivery(username: "alice", originDevice: "phone"), Delivery(username: "ghost")])
+            #expect(entries.map(\.seq) == [Int64(id), Int64(id)])
+            #expect(entries.map(\.username) == ["bob", "alice"])
+        }
+        let inbox = try await store.inbox(of: "bob", app: app.id, after: 2, limit: 2)
+        #expect(inbox.map(\.seq) == [3, 4])
+        #expect(inbox.map(\.message) == [text(3, from: "alice", to: "bob"), text(4, from: "alice", to: "bob")])
+        let own = try await store.inbox(of: "alice", app: app.id, after: 0, limit: 10)
+        #expect(own.allSatisfy { $0.originDevice == "phone" })
+        #expect(try await store.offlineCount(of: "alice", app: app.id) == 0)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func cursorsMoveForwardOnlyAndDriveOfflineCounts(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        for id in UInt64(1)...4 {
+            _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+        }
+        #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 0)
+        #expect(try await store.offlineCount(of: "bob", app: app.id) == 4)
+        #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .undelivered)
+        try await store.acknowledge("bob", device: "d1", app: app.id, upTo: 3, now: now)
+        try await store.acknowledge("bob", device: "d1", app: app.id, upTo: 1, now: now)
+        #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 3)
+        try await store.acknowledge("bob", device: "d2", app: app.id, upTo: 99, now: now)
+        #expect(try await store.cursor(of: "bob", device: "d2", app: app.id) == 4)
+        #expect(try await store.offlineCount(of: "bob", app: app.id) == 0)
+        #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .delivered)
+        #expect(try await store.offlineStatus(of: 99, for: "bob", app: app.id) == nil)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func retentionKeepsTheNewestPerConversationAndDropsOldOnes(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store, limits: OfflineLimits(perChat: 3, perGroup: 2, maxAgeSeconds: 3600))
+        try await makeUsers(store, app, ["alice", "bob", "carol"])
+        var id: UInt64 = 0
+        for _ in 0..<5 {
+            id += 1
+            _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+            id += 1
+            _ = try await store.append(text(id, from: "carol", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+            id += 1
+            _ = try await store.append(
+                text(id, from: "alice", to: "g1", chatType: .groupchat), app: app.id, deliveries: [Delivery(username: "bob")])
+        }
+        id += 1
+        _ = try await store.append(
+            text(id, from: "carol", to: "bob", at: now - 7_200_000), app: app.id, deliveries: [Delivery(username: "bob")])
+        let removed = try await store.enforceRetention(app, now: now)
+        let kept = try await store.inbox(of: "bob", app: app.id, after: 0, limit: 100)
+        // 5+5+5+1 stored; the old one goes by age, then 2 from alice, 2 from carol and 3 from the group by count.
+        #expect(removed == 8)
+        #expect(kept.filter { $0.message.from == "alice" && $0.message.chatType == .chat }.map(\.message.id) == [7, 10, 13])
+        #expect(kept.filter { $0.message.from == "carol" }.map(\.message.id) == [8, 11, 14])
+        #expect(kept.filter { $0.message.chatType == .groupchat }.map(\.message.id) == [12, 15])
+        #expect(try await store.enforceRetention(app, now: now) == 0)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func deletingAUserRemovesTheirInboxAndMemberships(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        try await store.createGroup(
+            GroupRecord(appID: app.id, id: "g1", name: "G", description: "", owner: "alice", maxUsers: 10, createdAt: now), members: ["bob"])
+        _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+        #expect(try await store.deleteUser("bob", app: app.id))
+        #expect(try await !store.deleteUser("bob", app: app.id))
+        #expect(try await store.groupMembers("g1", app: app.id) == ["alice"])
+        #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).isEmpty)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func appendIsAtomicForLargeFanOut(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        let names = (0..<2000).map { "u\($0)" }
+        try await makeUsers(store, app, names)
+        let entries = try await store.append(
+            text(1, from: "u0", to: "g", chatType: .groupchat), app: app.id, deliveries: names.dropFirst().map { Delivery(username: $0) })
+        #expect(entries.count == 1999)
+        #expect(Set(entries.map(\.seq)) == [1])
+    }
+}
