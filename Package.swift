@@ -61,6 +61,8 @@ let package = Package(
             "BeaconServer", "BeaconClient", "BeaconStorage",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
     ]
 )

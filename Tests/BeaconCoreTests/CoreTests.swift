@@ -38,18 +38,20 @@ import Testing
         #expect(throws: BeaconError.self) { try Validation.validateTimeZone("") }
     }
 
-    @Test(arguments: [
-        (MessageType.txt, ["msg": "hi"] as JSONValue), (.cmd, ["action": "typing"]), (.img, ["url": "https://x/y.png"]),
-        (.loc, ["lat": 1.5, "lng": 2, "addr": "here"] as JSONValue), (.custom, ["customEvent": "gift"]),
-    ])
+    static let wellFormed: [(MessageType, JSONValue)] = [
+        (.txt, ["msg": "hi"]), (.cmd, ["action": "typing"]), (.img, ["url": "https://x/y.png"]),
+        (.loc, ["lat": 1.5, "lng": 2, "addr": "here"]), (.custom, ["customEvent": "gift"]),
+    ]
+    static let malformed: [(MessageType, JSONValue)] = [
+        (.txt, ["msg": 1]), (.txt, "hi"), (.cmd, [:]), (.loc, ["lat": "1", "lng": 2]), (.custom, ["customExts": [:]]),
+    ]
+
+    @Test(arguments: wellFormed)
     func acceptsWellFormedBodies(type: MessageType, body: JSONValue) throws {
         try Validation.validateContent(type: type, body: body, ext: [:])
     }
 
-    @Test(arguments: [
-        (MessageType.txt, ["msg": 1] as JSONValue), (.txt, "hi"), (.cmd, [:]), (.loc, ["lat": "1", "lng": 2] as JSONValue),
-        (.custom, ["customExts": [:]] as JSONValue),
-    ])
+    @Test(arguments: malformed)
     func rejectsBodiesThatDoNotMatchTheirType(type: MessageType, body: JSONValue) {
         #expect(throws: BeaconError.self) { try Validation.validateContent(type: type, body: body, ext: [:]) }
     }

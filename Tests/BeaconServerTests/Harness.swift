@@ -1,0 +1,224 @@
+import BeaconClient
+import BeaconCore
+import BeaconServer
+import BeaconStorage
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A clock tests can move.
+final class TestClock: Sendable {
+    private let value = Mutex<Int64>(1_800_000_000_000)
+    var now: Int64 { value.withLock { $0 } }
+    func advance(seconds: Int64) { value.withLock { $0 += seconds * 1000 } }
+}
+
+struct HTTPError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A real Beacon server on 127.0.0.1 (port 0) with an app `acme/chat`, and helpers to talk to it.
+struct TestBeacon: Sendable {
+    let baseURL: URL
+    let port: Int
+    let store: any BeaconStore
+    let credentials: AppCredentials
+    let appToken: String
+
+    var appKey: String { "acme#chat" }
+
+    /// Runs `body` against a fresh server; shuts the server down afterwards.
+    static func run<T: Sendable>(clock: TestClock? = nil, _ body: @Sendable (TestBeacon) async throws -> T) async throws -> T {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(directory: directory.path)
+        var logger = Logger(label: "beacon.test")
+        logger.logLevel = .warning
+        let credentials = try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store)
+        var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
+        if let clock { configuration.clock = { clock.now } }
+        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
+        let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
+        let application = server.makeApplication { portSink.yield($0) }
+        let services = ServiceGroup(configuration: .init(services: [application], logger: logger))
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await services.run() }
+            defer { group.cancelAll() }
+            var iterator = ports.makeAsyncIterator()
+            guard let port = await iterator.next() else { throw HTTPError(description: "server did not start") }
+            let baseURL = URL(string: "http://127.0.0.1:\(port)")!
+            let token = try await Self.requestToken(
+                baseURL, ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
+            let beacon = TestBeacon(baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token)
+            do {
+                let result = try await body(beacon)
+                await services.triggerGracefulShutdown()
+                try await group.waitForAll()
+                return result
+            } catch {
+                await services.triggerGracefulShutdown()
+                throw error
+            }
+        }
+    }
+
+    private static func requestToken(_ baseURL: URL, _ body: JSONValue) async throws -> String {
+        let (status, answer) = try await rest(baseURL, "POST", "/acme/chat/token", body: body, token: nil)
+        guard status == 200, let token = answer["access_token"]?.stringValue else {
+            throw HTTPError(description: "token request failed: \(status) \(answer)")
+        }
+        return token
+    }
+
+    static func rest(_ baseURL: URL, _ method: String, _ path: String, body: JSONValue?, raw: Data? = nil, token: String?) async throws -> (Int, JSONValue) {
+        var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
+        request.httpMethod = method
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let raw {
+            request.httpBody = raw
+        } else if let body {
+            request.httpBody = try JSONEncoder().encode(body)
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let json = (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self))
+        return (status, json)
+    }
+
+    /// A REST call under `/acme/chat`, with the app token unless another is given.
+    func rest(_ method: String, _ path: String, _ body: JSONValue? = nil, raw: Data? = nil, token: String? = nil, anonymous: Bool = false)
+        async throws -> (status: Int, json: JSONValue)
+    {
+        try await Self.rest(baseURL, method, "/acme/chat" + path, body: body, raw: raw, token: anonymous ? nil : (token ?? appToken))
+    }
+
+    func createUsers(_ names: String...) async throws {
+        let (status, answer) = try await rest("POST", "/users", .array(names.map { ["username": .string($0), "password": "pw"] }))
+        guard status == 200 else { throw HTTPError(description: "user creation failed: \(answer)") }
+    }
+
+    func userToken(_ username: String) async throws -> String {
+        try await Self.requestToken(baseURL, ["grant_type": "password", "username": .string(username), "password": "pw"])
+    }
+
+    func createGroup(owner: String, members: [String]) async throws -> String {
+        let (status, answer) = try await rest(
+            "POST", "/chatgroups", ["groupname": "team", "owner": .string(owner), "members": .array(members.map(JSONValue.string))])
+        guard status == 200, let id = answer["data"]?["groupid"]?.stringValue else { throw HTTPError(description: "group creation failed: \(answer)") }
+        return id
+    }
+
+    /// A logged-in SDK client with collectors for its messages and events.
+    func connect(_ username: String, device: String = "phone") async throws -> TestDevice {
+        let client = BeaconClient(options: BeaconOptions(appKey: appKey, serverURL: baseURL, deviceID: device))
+        let device = TestDevice(client: client)
+        try await client.login(username: username, password: "pw")
+        return device
+    }
+}
+
+/// An SDK client whose incoming messages and events are recorded for assertions.
+struct TestDevice: Sendable {
+    let client: BeaconClient
+    let messages: Collector<Message>
+    let events: Collector<ConnectionEvent>
+
+    init(client: BeaconClient) {
+        self.client = client
+        messages = Collector(client.messages)
+        events = Collector(client.events)
+    }
+
+    func send(to: String, _ text: String, chatType: ChatType = .chat, ext: [String: JSONValue] = [:], onlineOnly: Bool = false) async throws -> Message {
+        try await client.send(OutgoingChatMessage(to: to, chatType: chatType, content: .text(text), ext: ext, onlineOnly: onlineOnly))
+    }
+
+    /// The texts received until (and without) `sentinel`, which must arrive.
+    func texts(until sentinel: String) async throws -> [String] {
+        let all = try await messages.wait { $0.contains { $0.content == .text(sentinel) } }
+        let texts = all.compactMap { message -> String? in
+            if case .text(let text) = message.content { return text }
+            return nil
+        }
+        return Array(texts.prefix { $0 != sentinel })
+    }
+}
+
+/// Records everything an `AsyncStream` yields and lets tests wait for a condition, with a generous
+/// timeout so that a broken build fails instead of hanging.
+final class Collector<Element: Sendable>: Sendable {
+    private struct State {
+        var items: [Element] = []
+        var waiters: [(id: Int, condition: @Sendable ([Element]) -> Bool, continuation: CheckedContinuation<[Element], any Error>)] = []
+        var nextID = 0
+    }
+    private let state = Mutex(State())
+
+    init(_ stream: AsyncStream<Element>) {
+        Task { [weak self] in
+            for await item in stream { self?.append(item) }
+        }
+    }
+
+    var items: [Element] { state.withLock { $0.items } }
+
+    private func append(_ item: Element) {
+        let ready = state.withLock { state -> [(CheckedContinuation<[Element], any Error>, [Element])] in
+            state.items.append(item)
+            let items = state.items
+            let (done, waiting) = (state.waiters.filter { $0.condition(items) }, state.waiters.filter { !$0.condition(items) })
+            state.waiters = waiting
+            return done.map { ($0.continuation, items) }
+        }
+        for (continuation, items) in ready { continuation.resume(returning: items) }
+    }
+
+    /// Waits until `condition` holds for everything received so far; returns it.
+    @discardableResult
+    func wait(timeout: Duration = .seconds(20), until condition: @escaping @Sendable ([Element]) -> Bool) async throws -> [Element] {
+        let id = state.withLock { state in
+            state.nextID += 1
+            return state.nextID
+        }
+        let timer = Task {
+            try await Task.sleep(for: timeout)
+            self.fail(id)
+        }
+        defer { timer.cancel() }
+        return try await withCheckedThrowingContinuation { continuation in
+            let items: [Element]? = state.withLock { state in
+                if condition(state.items) { return state.items }
+                state.waiters.append((id, condition, continuation))
+                return nil
+            }
+            if let items { continuation.resume(returning: items) }
+        }
+    }
+
+    func wait(count: Int) async throws -> [Element] {
+        try await wait { $0.count >= count }
+    }
+
+    private func fail(_ id: Int) {
+        let waiter = state.withLock { state -> CheckedContinuation<[Element], any Error>? in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index).continuation
+        }
+        waiter?.resume(throwing: HTTPError(description: "timed out; received so far: \(items)"))
+    }
+}
+
+extension Collector where Element == ConnectionEvent {
+    /// Waits for the `n`th `.synced` event.
+    func synced(_ n: Int = 1) async throws {
+        try await wait { $0.filter { if case .synced = $0 { true } else { false } }.count >= n }
+    }
+}
