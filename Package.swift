@@ -55,6 +55,13 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
+        .executableTarget(name: "beacon-bench", dependencies: [
+            "BeaconServer", "BeaconStorage", "BeaconClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconCore"]),
         .testTarget(name: "BeaconServerTests", dependencies: [

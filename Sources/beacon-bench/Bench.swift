@@ -1,0 +1,203 @@
+import ArgumentParser
+import BeaconClient
+import BeaconCore
+import BeaconServer
+import BeaconStorage
+import Foundation
+import Synchronization
+
+@main
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "beacon-bench", abstract: "Beacon benchmarks: prints figures, asserts nothing.",
+        subcommands: [Online.self, Idle.self, Sync.self])
+}
+
+/// 1,000 connected clients exchanging messages at a fixed offered rate.
+struct Online: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Live delivery: throughput and end-to-end latency.")
+
+    @Option var clients = 1000
+    @Option(help: "Offered messages per second.") var rate = 2000
+    @Option(help: "Seconds of sending.") var seconds = 10
+
+    func run() async throws {
+        let server = try await BenchServer.start()
+        let names = (0..<clients).map { "u\($0)" }
+        try await server.createUsers(names)
+        var connected: [BeaconClient] = []
+        for name in names { connected.append(try await server.client(name)) }
+        let devices = connected
+        let latencies = LatencyLog()
+        let total = rate * seconds
+        let receivers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for device in devices {
+                    group.addTask {
+                        for await message in device.messages {
+                            guard case .number(let sentAt) = message.ext["t"] else { continue }
+                            let latency = Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6
+                            if latencies.record(latency) >= total { return }
+                        }
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+        print("online: \(clients) clients connected; offering \(rate) msg/s for \(seconds) s (\(total) messages)")
+        let start = monotonicNanoseconds()
+        let tick = 10  // ms
+        let perTick = max(1, rate * tick / 1000)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<total {
+                if index % perTick == 0 {
+                    let due = start + UInt64(index / perTick) * UInt64(tick) * 1_000_000
+                    let now = monotonicNanoseconds()
+                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
+                }
+                let sender = devices[index % clients]
+                let receiver = names[(index * 7 + 1) % clients]
+                group.addTask {
+                    try await sender.send(
+                        OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
+                }
+            }
+            try await group.waitForAll()
+        }
+        let sendSeconds = Double(monotonicNanoseconds() - start) / 1e9
+        let waitLimit = Task {
+            try await Task.sleep(for: .seconds(30))
+            receivers.cancel()
+        }
+        await receivers.value
+        waitLimit.cancel()
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
+        let sorted = latencies.values.sorted()
+        print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
+        print("delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))")
+        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        for device in devices { await device.logout() }
+        await server.stop()
+    }
+}
+
+final class LatencyLog: Sendable {
+    private let samples = Mutex<[Double]>([])
+    /// Adds a sample; returns how many there are.
+    func record(_ milliseconds: Double) -> Int {
+        samples.withLock { all in
+            all.append(milliseconds)
+            return all.count
+        }
+    }
+    var values: [Double] { samples.withLock { $0 } }
+}
+
+/// RSS of a separate `beacon serve` process per idle WebSocket connection.
+struct Idle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Memory per idle connection of a beacon serve process.")
+
+    @Option var connections = 10_000
+    @Option(help: "The beacon executable (default: next to this one).") var beacon: String?
+
+    func run() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-idle-\(UUID().uuidString)").path
+        let executable = beacon ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
+        let port = 18_000 + Int.random(in: 0..<2000)
+        let create = Process()
+        create.executableURL = URL(fileURLWithPath: executable)
+        create.arguments = ["app", "create", "bench/chat", "--json", "--data-dir", directory]
+        let output = Pipe()
+        create.standardOutput = output
+        try create.run()
+        create.waitUntilExit()
+        let credentials = try JSONDecoder().decode([String: String].self, from: output.fileHandleForReading.readDataToEndOfFile())
+
+        let serve = Process()
+        serve.executableURL = URL(fileURLWithPath: executable)
+        serve.arguments = ["serve", "--port", String(port), "--data-dir", directory]
+        serve.environment = ProcessInfo.processInfo.environment.merging(["BEACON_LOG_LEVEL": "error"]) { $1 }
+        try serve.run()
+        defer { serve.terminate() }
+        let baseURL = URL(string: "http://127.0.0.1:\(port)")!
+        var appToken: String?
+        for _ in 0..<100 where appToken == nil {
+            appToken = try? await REST.token(
+                baseURL, app: "bench/chat",
+                ["grant_type": "client_credentials", "client_id": .string(credentials["client_id"]!), "client_secret": .string(credentials["client_secret"]!)])
+            if appToken == nil { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        guard let appToken else { throw BenchError("server did not start") }
+        _ = try await REST.call(baseURL, "POST", "/bench/chat/users", ["username": "idle", "password": "pw"], token: appToken)
+        let userToken = try await REST.token(baseURL, app: "bench/chat", ["grant_type": "password", "username": "idle", "password": "pw"])
+
+        // Warm up with a few connections so that one-time allocations are not counted per connection.
+        var clients: [BeaconClient] = []
+        func connect(_ count: Int) async throws {
+            try await withThrowingTaskGroup(of: BeaconClient.self) { group in
+                var started = 0
+                var running = 0
+                while started < count || running > 0 {
+                    while started < count && running < 200 {
+                        let id = clients.count + started
+                        group.addTask {
+                            let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: baseURL, deviceID: "d\(id)"))
+                            try await client.login(token: userToken, username: "idle")
+                            return client
+                        }
+                        started += 1
+                        running += 1
+                    }
+                    if let client = try await group.next() {
+                        clients.append(client)
+                        running -= 1
+                    }
+                }
+            }
+        }
+        try await connect(100)
+        try await Task.sleep(for: .seconds(1))
+        let before = residentBytes(pid: serve.processIdentifier)
+        try await connect(connections)
+        try await Task.sleep(for: .seconds(2))
+        let after = residentBytes(pid: serve.processIdentifier)
+        let perConnection = Double(after - before) / Double(connections)
+        print("idle: \(connections) connections (+100 warm-up) to a separate beacon serve process")
+        print("server RSS before \(before / 1024 / 1024) MiB, after \(after / 1024 / 1024) MiB")
+        print("RSS per idle connection: \(format(perConnection / 1024, 1)) KiB (aim 20 KB, ratio \(format(perConnection / 20_000)))")
+    }
+}
+
+/// A device reconnects with 10,000 stored messages.
+struct Sync: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Catch-up: time for a device to receive 10,000 stored messages.")
+
+    @Option var messages = 10_000
+
+    func run() async throws {
+        let server = try await BenchServer.start()
+        try await server.createUsers(["alice", "bob"])
+        let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
+        var generator = MessageIDGenerator()
+        for index in 0..<messages {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let message = Message(
+                id: generator.next(nowMilliseconds: now), from: "alice", to: "bob", chatType: .chat, type: .txt,
+                body: ["msg": .string("stored message \(index)")], timestamp: now)
+            _ = try await server.store.append(message, app: app.id, deliveries: [Delivery(username: "bob")])
+        }
+        let start = monotonicNanoseconds()
+        let bob = try await server.client("bob")
+        var received = 0
+        for await _ in bob.messages {
+            received += 1
+            if received == messages { break }
+        }
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e6
+        print("sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 300 ms, ratio \(format(elapsed / 300)))")
+        print("rate: \(format(Double(messages) / elapsed * 1000, 0)) msg/s")
+        await bob.logout()
+        await server.stop()
+    }
+}

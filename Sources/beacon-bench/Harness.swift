@@ -1,0 +1,102 @@
+import BeaconClient
+import BeaconCore
+import BeaconServer
+import BeaconStorage
+import Foundation
+import Logging
+import ServiceLifecycle
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A Beacon server started in this process on a free port, with app `bench/chat`.
+struct BenchServer {
+    let store: SQLiteStore
+    let baseURL: URL
+    let appToken: String
+    private let services: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    static func start() async throws -> BenchServer {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
+        let store = try SQLiteStore(directory: directory.path)
+        var logger = Logger(label: "beacon.bench")
+        logger.logLevel = .error
+        let credentials = try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store)
+        let server = try await BeaconServer(
+            store: store, configuration: BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000), logger: logger)
+        let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
+        let services = ServiceGroup(configuration: .init(services: [server.makeApplication { portSink.yield($0) }], logger: logger))
+        let task = Task { try await services.run() }
+        var iterator = ports.makeAsyncIterator()
+        let port = await iterator.next()!
+        let baseURL = URL(string: "http://127.0.0.1:\(port)")!
+        let token = try await REST.token(
+            baseURL, app: "bench/chat",
+            ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
+        return BenchServer(store: store, baseURL: baseURL, appToken: token, services: services, task: task)
+    }
+
+    func stop() async {
+        await services.triggerGracefulShutdown()
+        _ = await task.result
+    }
+
+    func createUsers(_ names: [String]) async throws {
+        for chunk in stride(from: 0, to: names.count, by: 60).map({ Array(names[$0..<min($0 + 60, names.count)]) }) {
+            _ = try await REST.call(
+                baseURL, "POST", "/bench/chat/users", .array(chunk.map { ["username": .string($0), "password": "pw"] }), token: appToken)
+        }
+    }
+
+    func client(_ username: String, device: String = "bench") async throws -> BeaconClient {
+        let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: baseURL, deviceID: device))
+        try await client.login(username: username, password: "pw")
+        return client
+    }
+}
+
+enum REST {
+    static func call(_ baseURL: URL, _ method: String, _ path: String, _ body: JSONValue?, token: String?) async throws -> JSONValue {
+        var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
+        request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let body { request.httpBody = try JSONEncoder().encode(body) }
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try JSONDecoder().decode(JSONValue.self, from: data)
+    }
+
+    static func token(_ baseURL: URL, app: String, _ body: JSONValue) async throws -> String {
+        let answer = try await call(baseURL, "POST", "/\(app)/token", body, token: nil)
+        guard let token = answer["access_token"]?.stringValue else { throw BenchError("no token: \(answer)") }
+        return token
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Resident set size of a process, in bytes (Linux `/proc`).
+func residentBytes(pid: Int32 = getpid()) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+        let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "")
+    else { return 0 }
+    return kilobytes * 1024
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+}
+
+func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", value) }
