@@ -87,6 +87,10 @@ public actor BeaconClient {
     private var pendingSends: [String: CheckedContinuation<Message, any Error>] = [:]
     private var pendingDrafts: [String: OutgoingChatMessage] = [:]
     private var lastSeq: Int64 = 0
+    private var ackedSeq: Int64 = 0
+    /// Between `welcome` and `synced`: stored messages stream in and acks are sent in batches.
+    private var catchingUp = false
+    private static let catchUpAckBatch: Int64 = 200
     private var sendCounter = 0
     /// Set when the server said this connection must not come back (kicked, replaced).
     private var stopReconnecting = false
@@ -212,6 +216,8 @@ public actor BeaconClient {
         case .welcome(let username, _, let cursor):
             self.username = username
             lastSeq = max(lastSeq, cursor)
+            ackedSeq = cursor
+            catchingUp = true
             eventSink.yield(.connected)
             resumeWaiters()
         case .message(let seq, let wire):
@@ -220,7 +226,9 @@ public actor BeaconClient {
                 guard seq > lastSeq else { break }  // already delivered before a reconnect
                 lastSeq = seq
                 messageSink.yield(message)
-                try? await outbound.writeTextMessage(Self.encode(.ack(seq: seq)))
+                if !catchingUp || seq - ackedSeq >= Self.catchUpAckBatch {
+                    await acknowledge(seq, on: outbound)
+                }
             } else {
                 messageSink.yield(message)
             }
@@ -231,6 +239,10 @@ public actor BeaconClient {
                     id: UInt64(messageID) ?? 0, from: username ?? "", to: draft.to, chatType: draft.chatType, type: draft.content.type,
                     body: draft.content.body, ext: draft.ext, timestamp: timestamp, onlineOnly: draft.onlineOnly))
         case .synced(let seq):
+            catchingUp = false
+            // Everything up to `seq` was sent before this frame (including this device's own messages, which it skips).
+            lastSeq = max(lastSeq, seq)
+            if seq > ackedSeq { await acknowledge(seq, on: outbound) }
             eventSink.yield(.synced(seq: seq))
         case .pong:
             break
@@ -252,6 +264,11 @@ public actor BeaconClient {
                 stopReconnecting = true
             }
         }
+    }
+
+    private func acknowledge(_ seq: Int64, on outbound: WebSocketOutboundWriter) async {
+        ackedSeq = max(ackedSeq, seq)
+        try? await outbound.writeTextMessage(Self.encode(.ack(seq: seq)))
     }
 
     private func connected(_ outbound: WebSocketOutboundWriter) {

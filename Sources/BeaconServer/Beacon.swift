@@ -48,6 +48,7 @@ public struct BeaconServer: Sendable {
     /// Who is online on this node.
     public var presence: any PresenceRegistry { registry }
     let registry: ConnectionRegistry
+    let cursors: CursorBook
     let messages: MessageService
     let api: API
     let logger: Logger
@@ -60,6 +61,7 @@ public struct BeaconServer: Sendable {
         self.logger = logger
         let key = try await store.setting("token_signing_key") { Credentials.randomToken() }
         registry = ConnectionRegistry()
+        cursors = CursorBook(store: store, clock: configuration.clock)
         messages = MessageService(store: store, registry: registry, observer: observer, node: configuration.node, clock: configuration.clock)
         api = API(store: store, tokens: TokenIssuer(keyMaterial: key), clock: configuration.clock, logger: logger)
     }
@@ -70,7 +72,7 @@ public struct BeaconServer: Sendable {
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
         router.get("/health") { _, _ in "ok" }
         Routes(
-            api: api, messages: messages, registry: registry, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
+            api: api, messages: messages, registry: registry, cursors: cursors, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
             passwordHashRounds: configuration.passwordHashRounds)
             .register(on: router)
 
@@ -82,8 +84,8 @@ public struct BeaconServer: Sendable {
         } onUpgrade: { inbound, outbound, context in
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             let session = DeviceSession(
-                app: app, username: username, deviceID: deviceID, messages: messages, registry: registry,
-                clock: configuration.clock, outboxLimit: configuration.outboxLimit,
+                app: app, username: username, deviceID: deviceID, messages: messages, registry: registry, cursors: cursors,
+                outboxLimit: configuration.outboxLimit,
                 logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
@@ -95,7 +97,10 @@ public struct BeaconServer: Sendable {
                 webSocketRouter: webSocketRouter,
                 configuration: .init(ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
-            services: [RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger)],
+            services: [
+                RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
+                CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
+            ],
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
                 logger.notice("Beacon listening on http://\(configuration.host):\(port)")

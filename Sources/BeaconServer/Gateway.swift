@@ -13,7 +13,7 @@ struct DeviceSession {
     let deviceID: String
     let messages: MessageService
     let registry: ConnectionRegistry
-    let clock: @Sendable () -> Int64
+    let cursors: CursorBook
     let outboxLimit: Int
     let logger: Logger
 
@@ -25,7 +25,7 @@ struct DeviceSession {
     /// Runs until the device disconnects, is replaced by a new connection of the same device, or is kicked.
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
-        let cursor = try await store.cursor(of: username, device: deviceID, app: app.id)
+        let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         registry.register(outbox)
         outbox.requestSync()
@@ -35,6 +35,7 @@ struct DeviceSession {
             defer { outbox.finish() }
             try await runReader(inbound: inbound, outbox: outbox)
         }
+        try await cursors.flush(username: username, app: app.id)
     }
 
     // MARK: Reading
@@ -62,7 +63,7 @@ struct DeviceSession {
             case .ack(let seq):
                 guard seq > acked else { continue }
                 acked = seq
-                try await store.acknowledge(username, device: deviceID, app: app.id, upTo: seq, now: clock())
+                cursors.advance(username, device: deviceID, app: app.id, to: seq)
             case .send(let request):
                 outbox.reply(await send(request))
             }

@@ -22,6 +22,7 @@ struct Routes {
     let api: API
     let messages: MessageService
     let registry: ConnectionRegistry
+    let cursors: CursorBook
     let tokenLifetimeSeconds: Int
     let passwordHashRounds: Int
 
@@ -123,6 +124,7 @@ struct Routes {
 
     @Sendable func offlineCount(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let (app, user) = try await ownUser(request, context)
+        try await cursors.flush(username: user.username, app: app.id)
         let count = try await store.offlineCount(of: user.username, app: app.id)
         return api.respond(request, app: app, action: "get", data: [user.username: String(count)])
     }
@@ -131,6 +133,7 @@ struct Routes {
         let (app, user) = try await ownUser(request, context)
         let text = try context.parameters.require("msgid")
         guard let id = UInt64(text) else { throw BeaconError.illegal("msg_id must be a decimal message id") }
+        try await cursors.flush(username: user.username, app: app.id)
         guard let status = try await store.offlineStatus(of: id, for: user.username, app: app.id) else {
             throw BeaconError(.messageNotFound, "no stored message \(text) for \(user.username)")
         }

@@ -52,8 +52,8 @@ public protocol BeaconStore: Sendable {
     func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
     /// The highest sequence number this device has acknowledged (0 for a new device).
     func cursor(of username: String, device: String, app: Int64) async throws -> Int64
-    /// Moves the device's cursor forward to `seq` (never backwards, never past the inbox).
-    func acknowledge(_ username: String, device: String, app: Int64, upTo seq: Int64, now: Int64) async throws
+    /// Moves each device's cursor forward to its `seq` (never backwards, never past the inbox), in one transaction.
+    func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws
     /// Number of stored messages received (not sent) by the user that no device of theirs has acknowledged.
     func offlineCount(of username: String, app: Int64) async throws -> Int
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.

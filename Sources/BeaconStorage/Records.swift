@@ -126,3 +126,18 @@ public enum OfflineStatus: String, Sendable {
     case delivered
     case undelivered
 }
+
+/// How far one device has acknowledged its user's inbox.
+public struct DeviceCursor: Sendable, Hashable {
+    public var app: Int64
+    public var username: String
+    public var device: String
+    public var seq: Int64
+
+    public init(app: Int64, username: String, device: String, seq: Int64) {
+        self.app = app
+        self.username = username
+        self.device = device
+        self.seq = seq
+    }
+}

@@ -315,17 +315,20 @@ public final class SQLiteStore: BeaconStore {
         }
     }
 
-    public func acknowledge(_ username: String, device: String, app: Int64, upTo seq: Int64, now: Int64) async throws {
+    public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
+        guard !cursors.isEmpty else { return }
         try await pool.write { db in
-            guard let top = try Int64.fetchOne(db, sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
-            else { return }
-            try db.execute(
+            let top = try db.cachedStatement(sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?")
+            let upsert = try db.cachedStatement(
                 sql: """
                     INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (?, ?, ?, ?, ?)
                     ON CONFLICT (app_id, username, device_id)
                     DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
-                    """,
-                arguments: [app, username, device, min(max(seq, 0), top), now])
+                    """)
+            for cursor in cursors {
+                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username]) else { continue }
+                try upsert.execute(arguments: [cursor.app, cursor.username, cursor.device, min(max(cursor.seq, 0), highest), now])
+            }
         }
     }
 

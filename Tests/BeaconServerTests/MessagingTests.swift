@@ -151,7 +151,10 @@ import Testing
             #expect(received[1].chatType == .groupchat)
             #expect(received[2].content == .location(latitude: 35.6, longitude: 139.7, address: "Tokyo"))
             #expect(try await beacon.rest("GET", "/users/carol/offline_msg_count").json["data"]?["carol"] == "1")
+            // bob's acknowledgements travel before his next send on the same connection.
+            _ = try await bob.send(to: "alice", "got them")
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_status/\(bobID)").json["data"]?[bobID] == "delivered")
+            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0")
         }
     }
 

@@ -127,10 +127,12 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 0)
         #expect(try await store.offlineCount(of: "bob", app: app.id) == 4)
         #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .undelivered)
-        try await store.acknowledge("bob", device: "d1", app: app.id, upTo: 3, now: now)
-        try await store.acknowledge("bob", device: "d1", app: app.id, upTo: 1, now: now)
+        try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 3)], now: now)
+        try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 1)], now: now)
         #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 3)
-        try await store.acknowledge("bob", device: "d2", app: app.id, upTo: 99, now: now)
+        try await store.acknowledge(
+            [DeviceCursor(app: app.id, username: "bob", device: "d2", seq: 99), DeviceCursor(app: app.id, username: "ghost", device: "d", seq: 1)],
+            now: now)
         #expect(try await store.cursor(of: "bob", device: "d2", app: app.id) == 4)
         #expect(try await store.offlineCount(of: "bob", app: app.id) == 0)
         #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .delivered)
