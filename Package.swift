@@ -14,7 +14,11 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -29,6 +33,31 @@ let package = Package(
         .target(name: "BeaconStorage", dependencies: [
             "BeaconCore",
             .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
+        // The APNs provider client: HTTP/2 over TLS, token (.p8) and certificate (.p12) auth. Usable alone.
+        .target(name: "BeaconAPNs", dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        // A local APNs as strict as Apple's, with fault injection and a control API.
+        .target(name: "APNsSimulator", dependencies: [
+            "BeaconAPNs",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            .product(name: "NIOTLS", package: "swift-nio"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         // The server: REST, WebSocket gateway, presence, retention.
         .target(name: "BeaconServer", dependencies: [
@@ -64,6 +93,11 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconCore"]),
+        .testTarget(name: "BeaconAPNsTests", dependencies: [
+            "BeaconAPNs", "APNsSimulator",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .testTarget(name: "BeaconServerTests", dependencies: [
             "BeaconServer", "BeaconClient", "BeaconStorage",
             .product(name: "Hummingbird", package: "hummingbird"),

@@ -1,0 +1,145 @@
+import BeaconAPNs
+import Crypto
+import Foundation
+import NIOHPACK
+import Synchronization
+
+/// What the simulator knows about one TLS connection.
+final class ConnectionAuth: Sendable {
+    struct State {
+        /// Topics allowed by the client certificate (nil: no certificate: token auth).
+        var certificateTopics: Set<String>?
+        var certificateEnvironment: APNsEnvironment?
+        var lastToken: String?
+        var lastTokenAt: Date?
+        var teamID: String?
+        var authenticated = false
+        var requests = 0
+    }
+    let state = Mutex(State())
+}
+
+/// The answer to one request.
+enum SimulatorAnswer {
+    case accepted(apnsID: String)
+    case rejected(APNsReason, apnsID: String?, timestamp: Int64? = nil)
+}
+
+/// Apple's checks, in the order APNs appears to apply them.
+struct RequestValidator {
+    let state: SimulatorState
+    let environment: APNsEnvironment
+    let now: Date
+
+    func validate(headers: HPACKHeaders, body: [UInt8], connection: ConnectionAuth) -> (SimulatorAnswer, SimulatedDelivery?) {
+        let apnsIDHeader = headers.first(name: "apns-id")
+        func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> (SimulatorAnswer, SimulatedDelivery?) {
+            (.rejected(reason, apnsID: apnsIDHeader, timestamp: timestamp), nil)
+        }
+        guard headers.first(name: ":method") == "POST" else { return reject(.methodNotAllowed) }
+        let path = headers.first(name: ":path") ?? ""
+        guard path.hasPrefix("/3/device/") || path == "/3/device" else { return reject(.badPath) }
+        let token = String(path.dropFirst("/3/device/".count))
+        guard !token.isEmpty else { return reject(.missingDeviceToken) }
+        guard token.utf8.allSatisfy({ $0.isHexDigit }) else { return reject(.badDeviceToken) }
+        for name in ["apns-id", "apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
+        where headers[name].count > 1 {
+            return reject(.duplicateHeaders)
+        }
+
+        // Authentication: a client certificate, else a provider token.
+        let certificateTopics = connection.state.withLock { $0.certificateTopics }
+        if certificateTopics == nil {
+            if let failure = checkProviderToken(headers.first(name: "authorization"), connection: connection) { return reject(failure) }
+        } else if let certificateEnvironment = connection.state.withLock({ $0.certificateEnvironment }), certificateEnvironment != environment {
+            return reject(.badCertificateEnvironment)
+        }
+
+        let pushTypeName = headers.first(name: "apns-push-type") ?? "alert"
+        guard let pushType = APNsPushType(rawValue: pushTypeName) else { return reject(.invalidPushType) }
+        var topic = headers.first(name: "apns-topic")
+        if topic == nil, let topics = certificateTopics, topics.count == 1 { topic = topics.first.map { $0 + pushType.topicSuffix } }
+        guard let topic, !topic.isEmpty else { return reject(.missingTopic) }
+        guard topic.hasSuffix(pushType.topicSuffix) else { return reject(.topicDisallowed) }
+        if let topics = certificateTopics, !topics.contains(String(topic.dropLast(pushType.topicSuffix.count))) {
+            return reject(.topicDisallowed)
+        }
+
+        if let apnsIDHeader, UUID(uuidString: apnsIDHeader) == nil { return reject(.badMessageId) }
+        var priority = 10
+        if let text = headers.first(name: "apns-priority") {
+            guard let value = Int(text), [1, 5, 10].contains(value) else { return reject(.badPriority) }
+            priority = value
+        }
+        if pushType == .background, priority == 10 { return reject(.badPriority) }
+        var expiration: Int64?
+        if let text = headers.first(name: "apns-expiration") {
+            guard let value = Int64(text), value >= 0 else { return reject(.badExpirationDate) }
+            expiration = value
+        }
+        let collapseID = headers.first(name: "apns-collapse-id")
+        if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
+        guard !body.isEmpty else { return reject(.payloadEmpty) }
+        guard body.count <= pushType.maxPayloadBytes else { return reject(.payloadTooLarge) }
+
+        // The device token's own state.
+        let lookup = state.data.withLock { data in
+            (data.unregistered[token.lowercased()], data.tokenTopics[token.lowercased()])
+        }
+        if let registered = lookup.1 {
+            if let tokenEnvironment = registered.environment, tokenEnvironment != environment { return reject(.badDeviceToken) }
+            if registered.topic != String(topic.dropLast(pushType.topicSuffix.count)) { return reject(.deviceTokenNotForTopic) }
+        }
+        if let timestamp = lookup.0 { return reject(.unregistered, timestamp: timestamp) }
+
+        let apnsID = apnsIDHeader ?? UUID().uuidString.lowercased()
+        let payload = (try? JSONDecoder().decode(JSONPayload.self, from: Data(body))) ?? .string(String(decoding: body, as: UTF8.self))
+        let delivery = SimulatedDelivery(
+            deviceToken: token, topic: topic, pushType: pushType.rawValue, priority: priority, expiration: expiration, collapseID: collapseID,
+            apnsID: apnsID, payload: payload, receivedAt: Int64(now.timeIntervalSince1970 * 1000))
+        return (.accepted(apnsID: apnsID), delivery)
+    }
+
+    /// Checks `authorization: bearer <JWT>`: format, known key, signature, age, and the 20-minute rule.
+    private func checkProviderToken(_ header: String?, connection: ConnectionAuth) -> APNsReason? {
+        guard let header, header.lowercased().hasPrefix("bearer "), header.count > 7 else { return .missingProviderToken }
+        let jwt = String(header.dropFirst(7))
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerData = decodeBase64URL(parts[0]), let claimsData = decodeBase64URL(parts[1]),
+            let signatureData = decodeBase64URL(parts[2]),
+            let jwtHeader = try? JSONDecoder().decode([String: String].self, from: headerData),
+            jwtHeader["alg"] == "ES256", let keyID = jwtHeader["kid"],
+            let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
+            let issuer = claims["iss"] as? String, let issuedAt = (claims["iat"] as? NSNumber)?.doubleValue,
+            let registered = state.data.withLock({ $0.keys[keyID] }), registered.teamID == issuer,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
+            registered.key.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
+        else { return .invalidProviderToken }
+        if now.timeIntervalSince1970 - issuedAt > 3600 { return .expiredProviderToken }
+        return connection.state.withLock { state -> APNsReason? in
+            if let team = state.teamID, team != issuer { return .invalidProviderToken }
+            if let last = state.lastToken, last != jwt, let since = state.lastTokenAt, now.timeIntervalSince(since) < 20 * 60 {
+                return .tooManyProviderTokenUpdates
+            }
+            if state.lastToken != jwt {
+                state.lastToken = jwt
+                state.lastTokenAt = now
+            }
+            state.teamID = issuer
+            return nil
+        }
+    }
+}
+
+func decodeBase64URL(_ text: Substring) -> Data? {
+    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+    return Data(base64Encoded: base64)
+}
+
+extension UInt8 {
+    var isHexDigit: Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(self)
+            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(self)
+    }
+}

@@ -1,0 +1,245 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Sends notifications to APNs (or a stand-in) over a small pool of HTTP/2 connections for one set of
+/// credentials and one endpoint.
+///
+/// Built directly on swift-nio-http2 rather than AsyncHTTPClient: APNs' rules live at the connection level
+/// (a provider token per connection, the stream limit that starts at 1 and moves with SETTINGS, GOAWAY,
+/// idle PINGs), which AsyncHTTPClient hides, and the simulator benchmark in BENCHMARKS.md measures the result.
+public final class APNsClient: Sendable {
+    public struct Configuration: Sendable {
+        /// Connections in the pool.
+        public var connections: Int
+        /// Notifications in flight across the pool; more wait their turn.
+        public var maxInFlight: Int
+        /// Every request gets an answer or `APNsFailure.timeout` within this.
+        public var requestTimeout: Duration
+        /// A provider token is reused this long (Apple: refresh between 20 and 60 minutes).
+        public var tokenLifetime: Duration
+        /// PING a connection that has been idle this long.
+        public var pingInterval: Duration
+        /// First wait before reconnecting after a failed connect; doubles up to `maxReconnectDelay`.
+        public var reconnectDelay: Duration
+        public var maxReconnectDelay: Duration
+        /// Wall clock for provider tokens (tests move it).
+        public var clock: @Sendable () -> Date
+
+        public init(
+            connections: Int = 2, maxInFlight: Int = 1000, requestTimeout: Duration = .seconds(10), tokenLifetime: Duration = .seconds(50 * 60),
+            pingInterval: Duration = .seconds(300), reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(30),
+            clock: @escaping @Sendable () -> Date = Date.init
+        ) {
+            self.connections = connections
+            self.maxInFlight = maxInFlight
+            self.requestTimeout = requestTimeout
+            self.tokenLifetime = tokenLifetime
+            self.pingInterval = pingInterval
+            self.reconnectDelay = reconnectDelay
+            self.maxReconnectDelay = maxReconnectDelay
+            self.clock = clock
+        }
+    }
+
+    public let endpoint: APNsEndpoint
+    private let credentials: APNsCredentials
+    private let configuration: Configuration
+    private let group: any EventLoopGroup
+    private let slots: [Slot]
+    private let limiter: Limiter
+    private let next = Atomic<Int>(0)
+
+    public init(
+        credentials: APNsCredentials, endpoint: APNsEndpoint, configuration: Configuration = Configuration(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
+        self.credentials = credentials
+        self.endpoint = endpoint
+        self.configuration = configuration
+        self.group = eventLoopGroup
+        self.slots = (0..<max(1, configuration.connections)).map { _ in Slot() }
+        self.limiter = Limiter(limit: max(1, configuration.maxInFlight))
+    }
+
+    /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure.
+    /// An `ExpiredProviderToken` answer makes a new token and retries once.
+    public func send(_ notification: APNsNotification) async throws(APNsFailure) -> APNsAccepted {
+        do {
+            try await limiter.acquire()
+        } catch {
+            throw .connectionLost("cancelled")
+        }
+        defer { limiter.release() }
+        let timeout = configuration.requestTimeout
+        do {
+            return try await withDeadline(timeout) {
+                let connection = try await self.connection()
+                do {
+                    return try await connection.send(notification)
+                } catch APNsFailure.rejected(403, .expiredProviderToken, _, _) {
+                    return try await connection.send(notification, forceNewToken: true)
+                }
+            }
+        } catch let failure as APNsFailure {
+            throw failure
+        } catch {
+            throw .connectionLost("\(error)")
+        }
+    }
+
+    /// Closes every connection.
+    public func shutdown() async {
+        for slot in slots { await slot.close() }
+    }
+
+    /// A usable connection: the least busy of the pool, (re)connecting a slot whose connection went away.
+    private func connection() async throws -> APNsConnection {
+        let start = next.wrappingAdd(1, ordering: .relaxed).oldValue
+        var best: APNsConnection?
+        for offset in 0..<slots.count {
+            if let live = slots[(start + offset) % slots.count].liveConnection, best == nil || live.inFlight < best!.inFlight {
+                best = live
+            }
+        }
+        if let best, best.inFlight < best.state.maxStreams { return best }
+        // Nothing idle: use (or open) the next slot.
+        let slot = slots[start % slots.count]
+        return try await slot.connection {
+            try await APNsConnection.connect(
+                to: self.endpoint, credentials: self.credentials,
+                settings: .init(tokenLifetime: self.configuration.tokenLifetime, pingInterval: self.configuration.pingInterval, clock: self.configuration.clock),
+                group: self.group)
+        } backoff: {
+            (self.configuration.reconnectDelay, self.configuration.maxReconnectDelay)
+        }
+    }
+
+    /// One place in the pool. Connects once at a time, and never faster than the backoff allows after failures,
+    /// so that a broken endpoint does not see a rapid open/close loop.
+    private final class Slot: Sendable {
+        private struct State {
+            var connection: APNsConnection?
+            var connecting: Task<APNsConnection, any Error>?
+            var failures = 0
+            var lastAttempt: ContinuousClock.Instant?
+        }
+        private let state = Mutex(State())
+
+        var liveConnection: APNsConnection? {
+            state.withLock { $0.connection?.isUsable == true ? $0.connection : nil }
+        }
+
+        func connection(
+            _ connect: @escaping @Sendable () async throws -> APNsConnection, backoff: @escaping @Sendable () -> (Duration, Duration)
+        ) async throws -> APNsConnection {
+            let task = state.withLock { state -> Task<APNsConnection, any Error> in
+                if let connection = state.connection, connection.isUsable {
+                    return Task { connection }
+                }
+                if let connecting = state.connecting { return connecting }
+                let (first, maximum) = backoff()
+                let wait: Duration
+                if state.failures > 0, let last = state.lastAttempt {
+                    let delay = min(first * (1 << min(state.failures - 1, 16)), maximum)
+                    wait = max(.zero, delay - last.duration(to: .now))
+                } else if let last = state.lastAttempt {
+                    wait = max(.zero, first - last.duration(to: .now))  // a lost connection: pause before reopening
+                } else {
+                    wait = .zero
+                }
+                let old = state.connection
+                let task = Task {
+                    await old?.close()
+                    if wait > .zero { try await Task.sleep(for: wait) }
+                    return try await connect()
+                }
+                state.connecting = task
+                return task
+            }
+            do {
+                let connection = try await task.value
+                state.withLock { state in
+                    if state.connecting != nil {
+                        state.connection = connection
+                        state.connecting = nil
+                        state.failures = 0
+                        state.lastAttempt = .now
+                    }
+                }
+                return connection
+            } catch {
+                state.withLock { state in
+                    if state.connecting != nil {
+                        state.connecting = nil
+                        state.failures += 1
+                        state.lastAttempt = .now
+                    }
+                }
+                throw APNsFailure.connectFailed("\(error)")
+            }
+        }
+
+        func close() async {
+            let connection = state.withLock { state in
+                state.connecting?.cancel()
+                state.connecting = nil
+                defer { state.connection = nil }
+                return state.connection
+            }
+            await connection?.close()
+        }
+    }
+}
+
+/// Runs `body`, or throws `APNsFailure.timeout` once `timeout` has passed (cancelling it).
+func withDeadline<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw APNsFailure.timeout
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}
+
+/// A counting semaphore for async code.
+final class Limiter: Sendable {
+    private struct State {
+        var available: Int
+        var waiters: [CheckedContinuation<Void, any Error>] = []
+    }
+    private let state: Mutex<State>
+
+    init(limit: Int) {
+        state = Mutex(State(available: limit))
+    }
+
+    func acquire() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let granted = state.withLock { state in
+                if state.available > 0 {
+                    state.available -= 1
+                    return true
+                }
+                state.waiters.append(continuation)
+                return false
+            }
+            if granted { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            if state.waiters.isEmpty {
+                state.available += 1
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+
+/// Apple's two push environments.
+public enum APNsEnvironment: String, Sendable, Codable, Hashable, CaseIterable {
+    case development
+    case production
+
+    /// Apple's host for this environment.
+    public var host: String {
+        switch self {
+        case .development: "api.sandbox.push.apple.com"
+        case .production: "api.push.apple.com"
+        }
+    }
+}
+
+/// `apns-push-type` values and the topic suffix each requires.
+public enum APNsPushType: String, Sendable, Codable, Hashable, CaseIterable {
+    case alert, background, voip, location, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets, controls
+
+    /// Appended to the bundle id to form `apns-topic`.
+    public var topicSuffix: String {
+        switch self {
+        case .alert, .background, .mdm: ""
+        case .voip: ".voip"
+        case .location: ".location-query"
+        case .complication: ".complication"
+        case .fileprovider: ".pushkit.fileprovider"
+        case .liveactivity: ".push-type.liveactivity"
+        case .pushtotalk: ".voip-ptt"
+        case .widgets: ".push-type.widgets"
+        case .controls: ".push-type.controls"
+        }
+    }
+
+    /// The largest payload APNs accepts for this push type, in bytes.
+    public var maxPayloadBytes: Int { self == .voip ? 5120 : 4096 }
+}
+
+/// One notification for one device.
+public struct APNsNotification: Sendable, Hashable {
+    /// Hex device token (any length: Apple says not to assume 64).
+    public var deviceToken: String
+    /// `apns-topic`: the bundle id plus the push type's suffix.
+    public var topic: String
+    public var pushType: APNsPushType
+    /// 10 (immediate), 5 (power-aware) or 1; nil leaves it to APNs (10).
+    public var priority: Int?
+    /// `apns-expiration`, epoch seconds (0 = deliver once, never store); nil leaves it to APNs.
+    public var expiration: Int64?
+    /// `apns-collapse-id`, at most 64 bytes.
+    public var collapseID: String?
+    /// `apns-id`; recorded with the delivery.
+    public var apnsID: UUID
+    /// The JSON payload.
+    public var payload: [UInt8]
+
+    public init(
+        deviceToken: String, topic: String, pushType: APNsPushType = .alert, priority: Int? = nil, expiration: Int64? = nil,
+        collapseID: String? = nil, apnsID: UUID = UUID(), payload: [UInt8]
+    ) {
+        self.deviceToken = deviceToken
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.payload = payload
+    }
+}
+
+/// APNs accepted the notification.
+public struct APNsAccepted: Sendable, Hashable {
+    public var apnsID: String
+    /// `apns-unique-id`, development only: the id in Apple's delivery log.
+    public var uniqueID: String?
+}
+
+/// Every `reason` APNs documents, with unknown ones kept verbatim.
+public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
+    case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic, deviceTokenNotForTopic
+    case duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken, missingTopic, payloadEmpty, topicDisallowed
+    case badCertificate, badCertificateEnvironment, expiredProviderToken, forbidden, invalidProviderToken, missingProviderToken
+    case unrelatedKeyIdInToken, badEnvironmentKeyIdInToken, badPath, methodNotAllowed, expiredToken, unregistered
+    case payloadTooLarge, tooManyProviderTokenUpdates, tooManyRequests, internalServerError, serviceUnavailable, shutdown
+    case unknown(String)
+
+    private static let known: [String: APNsReason] = Dictionary(
+        uniqueKeysWithValues: allKnown.map { ($0.description, $0) })
+
+    public static let allKnown: [APNsReason] = [
+        .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic, .deviceTokenNotForTopic,
+        .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed,
+        .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
+        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken, .unregistered,
+        .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown,
+    ]
+
+    public init(_ text: String) {
+        self = Self.known[text] ?? .unknown(text)
+    }
+
+    /// Apple's spelling.
+    public var description: String {
+        switch self {
+        case .unknown(let text): return text
+        default:
+            // `badCollapseId` → `BadCollapseId`
+            let name = String(String(reflecting: self).split(separator: ".").last ?? "")
+            return name.prefix(1).uppercased() + name.dropFirst()
+        }
+    }
+
+    /// The status APNs answers with for this reason.
+    public var status: Int {
+        switch self {
+        case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
+            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            403
+        case .badPath: 404
+        case .methodNotAllowed: 405
+        case .expiredToken, .unregistered: 410
+        case .payloadTooLarge: 413
+        case .tooManyProviderTokenUpdates, .tooManyRequests: 429
+        case .internalServerError: 500
+        case .serviceUnavailable, .shutdown: 503
+        default: 400
+        }
+    }
+}
+
+/// Why a notification was not accepted.
+public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    /// APNs answered with an error status.
+    case rejected(status: Int, reason: APNsReason?, apnsID: String?, timestamp: Int64?)
+    /// No answer before the deadline.
+    case timeout
+    /// The connection was lost (reset, GOAWAY, TLS failure) before an answer.
+    case connectionLost(String)
+    /// Could not connect.
+    case connectFailed(String)
+
+    public var description: String {
+        switch self {
+        case .rejected(let status, let reason, _, let timestamp):
+            "APNs \(status) \(reason?.description ?? "")" + (timestamp.map { " (timestamp \($0))" } ?? "")
+        case .timeout: "no answer before the deadline"
+        case .connectionLost(let why): "connection lost: \(why)"
+        case .connectFailed(let why): "could not connect: \(why)"
+        }
+    }
+
+    /// Worth another try later (429, 5xx, timeouts, connection problems).
+    public var isTransient: Bool {
+        switch self {
+        case .rejected(let status, let reason, _, _):
+            status == 429 || status >= 500 || reason == .idleTimeout
+        case .timeout, .connectionLost, .connectFailed: true
+        }
+    }
+}
