@@ -96,6 +96,10 @@ let package = Package(
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .testTarget(name: "BeaconServerTests", dependencies: [

@@ -119,7 +119,7 @@ final class APNsConnection: Sendable {
                         continue
                     }
                 }
-                guard ended, let status else { throw APNsFailure.connectionLost(state.goAwayReason ?? "stream closed without an answer") }
+                guard ended, let status else { throw APNsFailure.connectionLost(await lossReason(default: "stream closed without an answer")) }
                 let apnsID = responseHeaders.first(name: "apns-id") ?? notification.apnsID.uuidString.lowercased()
                 if status == 200 {
                     return APNsAccepted(apnsID: apnsID, uniqueID: responseHeaders.first(name: "apns-unique-id"))
@@ -129,9 +129,16 @@ final class APNsConnection: Sendable {
             } catch let failure as APNsFailure {
                 throw failure
             } catch {
-                throw APNsFailure.connectionLost("\(error)")
+                throw APNsFailure.connectionLost(await lossReason(default: "\(error)"))
             }
         }
+    }
+
+    /// Why a stream ended without an answer. A GOAWAY closes streams and is reported to `ConnectionEventsHandler`
+    /// in the same event-loop tick, so after one hop through the event loop its reason is known.
+    private func lossReason(default fallback: String) async -> String {
+        try? await channel.eventLoop.submit {}.get()
+        return state.goAwayReason.map { "GOAWAY: \($0)" } ?? state.closedReason ?? fallback
     }
 
     private struct ErrorBody: Decodable {
@@ -182,7 +189,8 @@ final class ConnectionState: Sendable {
     var isUsable: Bool { state.withLock { $0.closedReason == nil && $0.goAwayReason == nil } }
     var inFlight: Int { state.withLock { $0.inFlight } }
     var maxStreams: Int { state.withLock { $0.maxStreams } }
-    var goAwayReason: String? { state.withLock { $0.goAwayReason ?? $0.closedReason } }
+    var goAwayReason: String? { state.withLock { $0.goAwayReason } }
+    var closedReason: String? { state.withLock { $0.closedReason } }
     var idleSince: ContinuousClock.Instant { state.withLock { $0.inFlight == 0 ? $0.lastActivity : .now } }
 
     func acquireStream() async throws {

@@ -77,40 +77,54 @@ public struct APNsAccepted: Sendable, Hashable {
     public var uniqueID: String?
 }
 
-/// Every `reason` APNs documents, with unknown ones kept verbatim.
-public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
-    case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic, deviceTokenNotForTopic
-    case duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken, missingTopic, payloadEmpty, topicDisallowed
-    case badCertificate, badCertificateEnvironment, expiredProviderToken, forbidden, invalidProviderToken, missingProviderToken
-    case unrelatedKeyIdInToken, badEnvironmentKeyIdInToken, badPath, methodNotAllowed, expiredToken, unregistered
-    case payloadTooLarge, tooManyProviderTokenUpdates, tooManyRequests, internalServerError, serviceUnavailable, shutdown
-    case unknown(String)
+/// A `reason` string from APNs: every documented one has a constant; unknown ones are kept verbatim.
+public struct APNsReason: Sendable, Hashable, CustomStringConvertible {
+    /// Apple's spelling, e.g. `BadDeviceToken`.
+    public let rawValue: String
 
-    private static let known: [String: APNsReason] = Dictionary(
-        uniqueKeysWithValues: allKnown.map { ($0.description, $0) })
-
-    public static let allKnown: [APNsReason] = [
-        .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic, .deviceTokenNotForTopic,
-        .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed,
-        .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
-        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken, .unregistered,
-        .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown,
-    ]
-
-    public init(_ text: String) {
-        self = Self.known[text] ?? .unknown(text)
+    public init(_ rawValue: String) {
+        self.rawValue = rawValue
     }
 
-    /// Apple's spelling.
-    public var description: String {
-        switch self {
-        case .unknown(let text): return text
-        default:
-            // `badCollapseId` → `BadCollapseId`
-            let name = String(String(reflecting: self).split(separator: ".").last ?? "")
-            return name.prefix(1).uppercased() + name.dropFirst()
-        }
-    }
+    public var description: String { rawValue }
+
+    /// Whether Apple documents this reason.
+    public var isKnown: Bool { Self.allKnown.contains(self) }
+
+    public static let badCollapseId = APNsReason("BadCollapseId")
+    public static let badDeviceToken = APNsReason("BadDeviceToken")
+    public static let badExpirationDate = APNsReason("BadExpirationDate")
+    public static let badMessageId = APNsReason("BadMessageId")
+    public static let badPriority = APNsReason("BadPriority")
+    public static let badTopic = APNsReason("BadTopic")
+    public static let deviceTokenNotForTopic = APNsReason("DeviceTokenNotForTopic")
+    public static let duplicateHeaders = APNsReason("DuplicateHeaders")
+    public static let idleTimeout = APNsReason("IdleTimeout")
+    public static let invalidPushType = APNsReason("InvalidPushType")
+    public static let missingDeviceToken = APNsReason("MissingDeviceToken")
+    public static let missingTopic = APNsReason("MissingTopic")
+    public static let payloadEmpty = APNsReason("PayloadEmpty")
+    public static let topicDisallowed = APNsReason("TopicDisallowed")
+    public static let badCertificate = APNsReason("BadCertificate")
+    public static let badCertificateEnvironment = APNsReason("BadCertificateEnvironment")
+    public static let expiredProviderToken = APNsReason("ExpiredProviderToken")
+    public static let forbidden = APNsReason("Forbidden")
+    public static let invalidProviderToken = APNsReason("InvalidProviderToken")
+    public static let missingProviderToken = APNsReason("MissingProviderToken")
+    public static let unrelatedKeyIdInToken = APNsReason("UnrelatedKeyIdInToken")
+    public static let badEnvironmentKeyIdInToken = APNsReason("BadEnvironmentKeyIdInToken")
+    public static let badPath = APNsReason("BadPath")
+    public static let methodNotAllowed = APNsReason("MethodNotAllowed")
+    public static let expiredToken = APNsReason("ExpiredToken")
+    public static let unregistered = APNsReason("Unregistered")
+    public static let payloadTooLarge = APNsReason("PayloadTooLarge")
+    public static let tooManyProviderTokenUpdates = APNsReason("TooManyProviderTokenUpdates")
+    public static let tooManyRequests = APNsReason("TooManyRequests")
+    public static let internalServerError = APNsReason("InternalServerError")
+    public static let serviceUnavailable = APNsReason("ServiceUnavailable")
+    public static let shutdown = APNsReason("Shutdown")
+
+    public static let allKnown: Set<APNsReason> = [.badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic, .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed, .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken, .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown]
 
     /// The status APNs answers with for this reason.
     public var status: Int {
