@@ -61,7 +61,9 @@ let package = Package(
         ]),
         // The server: REST, WebSocket gateway, presence, retention.
         .target(name: "BeaconServer", dependencies: [
-            "BeaconCore", "BeaconProtocol", "BeaconStorage",
+            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs",
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "X509", package: "swift-certificates"),
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -78,7 +80,8 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "beacon", dependencies: [
-            "BeaconServer", "BeaconStorage",
+            "BeaconServer", "BeaconStorage", "APNsSimulator", "BeaconAPNs",
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Configuration", package: "swift-configuration"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -41,7 +41,7 @@ struct RequestValidator {
         guard path.hasPrefix("/3/device/") || path == "/3/device" else { return reject(.badPath) }
         let token = String(path.dropFirst("/3/device/".count))
         guard !token.isEmpty else { return reject(.missingDeviceToken) }
-        guard token.utf8.allSatisfy({ $0.isHexDigit }) else { return reject(.badDeviceToken) }
+        guard APNsDeviceToken.isWellFormed(token) else { return reject(.badDeviceToken) }
         for name in ["apns-id", "apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
         where headers[name].count > 1 {
             return reject(.duplicateHeaders)
@@ -135,11 +135,4 @@ func decodeBase64URL(_ text: Substring) -> Data? {
     var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
     base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
     return Data(base64Encoded: base64)
-}
-
-extension UInt8 {
-    var isHexDigit: Bool {
-        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(self)
-            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(self)
-    }
 }

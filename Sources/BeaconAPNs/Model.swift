@@ -37,6 +37,16 @@ public enum APNsPushType: String, Sendable, Codable, Hashable, CaseIterable {
     public var maxPayloadBytes: Int { self == .voip ? 5120 : 4096 }
 }
 
+/// Device tokens: the hex form of the token bytes, any length (Apple: do not assume 64 characters).
+public enum APNsDeviceToken {
+    public static func isWellFormed<S: StringProtocol>(_ token: S) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { byte in
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+                || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
+        }
+    }
+}
+
 /// One notification for one device.
 public struct APNsNotification: Sendable, Hashable {
     /// Hex device token (any length: Apple says not to assume 64).

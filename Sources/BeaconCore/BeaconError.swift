@@ -22,6 +22,11 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
         case illegalArgument = "illegal_argument"
         case jsonParse = "json_parse"
         case invalidGrant = "invalid_grant"
+        case invalidP12Password = "invalid_p12_password"
+        case invalidP12File = "invalid_p12_file"
+        case invalidP8Key = "invalid_p8_key"
+        case certificateExpired = "certificate_expired"
+        case notifierNotFound = "notifier_not_found"
         case requestTooLarge = "request_entity_too_large"
         case unauthorized = "unauthorized"
         case badAccessToken = "auth_bad_access_token"
@@ -37,7 +42,9 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
 
         public var defaultStatus: Int {
             switch self {
-            case .illegalArgument, .jsonParse, .invalidGrant: 400
+            case .illegalArgument, .jsonParse, .invalidGrant, .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired,
+                .notifierNotFound:
+                400
             case .requestTooLarge: 413
             case .unauthorized, .badAccessToken: 401
             case .forbidden: 403
@@ -53,6 +60,8 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
             case .illegalArgument: "IllegalArgumentException"
             case .jsonParse: "JsonParseException"
             case .invalidGrant: "InvalidGrantException"
+            case .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired: "InvalidPushCertificateException"
+            case .notifierNotFound: "NotifierNotFoundException"
             case .requestTooLarge: "RequestEntityTooLargeException"
             case .unauthorized: "UnauthorizedException"
             case .badAccessToken: "UnauthorizedException"

@@ -1,3 +1,4 @@
+import BeaconAPNs
 import BeaconCore
 import BeaconStorage
 import Foundation
@@ -21,13 +22,23 @@ public struct BeaconConfiguration: Sendable {
     public var node: UInt16
     /// PBKDF2-SHA256 rounds for new password hashes.
     public var passwordHashRounds: Int
+    /// Where pushes go: Apple, or a custom endpoint such as the simulator.
+    public var apnsRouting: APNsRouting
+    /// Seals push credentials at rest. Without one, push is off (no configurations can be uploaded).
+    public var secretBox: SecretBox?
+    /// A push job still failing this long (ms) after its message is given up.
+    public var pushMaxAge: Int64
+    /// Told about every push configuration (uploaded, or already stored at start): lets an in-process
+    /// simulator trust what Beacon will send.
+    public var onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
     public init(
         host: String = "127.0.0.1", port: Int = 8080, tokenLifetimeSeconds: Int = 7 * 24 * 3600,
         retentionInterval: Duration = .seconds(60), outboxLimit: Int = 1024, node: UInt16 = 0,
-        passwordHashRounds: Int = 210_000,
+        passwordHashRounds: Int = 210_000, apnsRouting: APNsRouting = .apple, secretBox: SecretBox? = nil,
+        pushMaxAge: Int64 = 24 * 3600 * 1000,
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) {
         self.host = host
@@ -37,6 +48,10 @@ public struct BeaconConfiguration: Sendable {
         self.outboxLimit = outboxLimit
         self.node = node
         self.passwordHashRounds = passwordHashRounds
+        self.apnsRouting = apnsRouting
+        self.secretBox = secretBox
+        self.pushMaxAge = pushMaxAge
+        self.onPushConfiguration = nil
         self.clock = clock
     }
 }
@@ -50,6 +65,8 @@ public struct BeaconServer: Sendable {
     let registry: ConnectionRegistry
     let cursors: CursorBook
     let messages: MessageService
+    let pushConfigs: PushConfigs?
+    let pushWorker: PushWorker?
     let api: API
     let logger: Logger
 
@@ -62,8 +79,40 @@ public struct BeaconServer: Sendable {
         let key = try await store.setting("token_signing_key") { Credentials.randomToken() }
         registry = ConnectionRegistry()
         cursors = CursorBook(store: store, clock: configuration.clock)
-        messages = MessageService(store: store, registry: registry, observer: observer, node: configuration.node, clock: configuration.clock)
+        if let box = configuration.secretBox {
+            let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
+            pushConfigs = configs
+            pushWorker = PushWorker(
+                store: store, configs: configs, clock: configuration.clock, logger: logger, maxAge: configuration.pushMaxAge)
+        } else {
+            pushConfigs = nil
+            pushWorker = nil
+        }
+        messages = MessageService(
+            store: store, registry: registry, observer: observer, pushWorker: pushWorker, node: configuration.node, clock: configuration.clock)
         api = API(store: store, tokens: TokenIssuer(keyMaterial: key), clock: configuration.clock, logger: logger)
+    }
+
+    /// Sends future pushes to `routing`.
+    public func setAPNsRouting(_ routing: APNsRouting) async {
+        await pushConfigs?.setRouting(routing)
+    }
+
+    /// Hands every stored push configuration to `configuration.onPushConfiguration`.
+    public func announceStoredPushConfigurations() async throws {
+        guard let hook = configuration.onPushConfiguration, let pushConfigs else { return }
+        for app in try await store.allApps() {
+            for config in try await store.pushConfigs(app: app.id) {
+                try hook(try pushConfigs.trust(for: config))
+            }
+        }
+    }
+
+    /// Issues a token for the app (user nil) or one of its users, as `POST /token` would.
+    public func issueToken(app: AppRecord, user: String? = nil, lifetimeSeconds: Int? = nil) -> String {
+        let now = configuration.clock()
+        let lifetime = Int64(lifetimeSeconds ?? configuration.tokenLifetimeSeconds) * 1000
+        return api.tokens.issue(TokenClaims(app: app.id, user: user, iat: now, exp: now + lifetime))
     }
 
     /// The HTTP application. `onRunning` receives the bound port (useful with port 0).
@@ -72,8 +121,9 @@ public struct BeaconServer: Sendable {
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
         router.get("/health") { _, _ in "ok" }
         Routes(
-            api: api, messages: messages, registry: registry, cursors: cursors, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
-            passwordHashRounds: configuration.passwordHashRounds)
+            api: api, messages: messages, registry: registry, cursors: cursors, pushConfigs: pushConfigs,
+            tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
+            passwordHashRounds: configuration.passwordHashRounds, onPushConfiguration: configuration.onPushConfiguration)
             .register(on: router)
 
         let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
@@ -100,7 +150,7 @@ public struct BeaconServer: Sendable {
             services: [
                 RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
                 CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
-            ],
+            ] + (pushWorker.map { [$0] } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
                 logger.notice("Beacon listening on http://\(configuration.host):\(port)")

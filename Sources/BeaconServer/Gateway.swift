@@ -28,6 +28,8 @@ struct DeviceSession {
         let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         registry.register(outbox)
+        // The user is back: the badge counts from zero again.
+        try await store.setBadge(of: username, app: app.id, to: 0)
         outbox.requestSync()
         defer { registry.unregister(outbox) }
         try await withThrowingTaskGroup(of: Void.self) { group in

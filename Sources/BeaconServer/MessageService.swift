@@ -29,14 +29,20 @@ final class MessageService: Sendable {
     let store: any BeaconStore
     let registry: ConnectionRegistry
     let observer: (any StoredMessageObserver)?
+    let planner: PushPlanner
+    let pushWorker: PushWorker?
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
 
-    init(store: any BeaconStore, registry: ConnectionRegistry, observer: (any StoredMessageObserver)?, node: UInt16,
-         clock: @escaping @Sendable () -> Int64) {
+    init(
+        store: any BeaconStore, registry: ConnectionRegistry, observer: (any StoredMessageObserver)?, pushWorker: PushWorker?, node: UInt16,
+        clock: @escaping @Sendable () -> Int64
+    ) {
         self.store = store
         self.registry = registry
         self.observer = observer
+        self.pushWorker = pushWorker
+        self.planner = PushPlanner(store: store, presence: registry, clock: clock)
         self.clock = clock
         self.ids = Mutex(MessageIDGenerator(node: node))
     }
@@ -105,8 +111,10 @@ final class MessageService: Sendable {
         if copyToSender {
             deliveries.append(Delivery(username: outgoing.from, originDevice: outgoing.originDevice))
         }
-        let entries = try await store.append(message, app: app.id, deliveries: deliveries)
+        let pushes = pushWorker == nil ? nil : try await planner.plan(for: message, recipients: recipients, app: app)
+        let entries = try await store.append(message, app: app.id, deliveries: deliveries, pushes: pushes)
         registry.deliver(entries, app: app.id)
+        if pushes != nil { pushWorker?.jobsStored() }
         await observer?.messageStored(message, entries: entries, app: app)
         return message
     }

@@ -1,3 +1,4 @@
+import BeaconAPNs
 import BeaconCore
 import BeaconProtocol
 import BeaconStorage
@@ -23,8 +24,10 @@ struct Routes {
     let messages: MessageService
     let registry: ConnectionRegistry
     let cursors: CursorBook
+    let pushConfigs: PushConfigs?
     let tokenLifetimeSeconds: Int
     let passwordHashRounds: Int
+    let onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
 
     var store: any BeaconStore { api.store }
 
@@ -47,6 +50,12 @@ struct Routes {
         app.post("messages/users", use: { try await send($0, $1, chatType: .chat) })
         app.post("messages/chatgroups", use: { try await send($0, $1, chatType: .groupchat) })
         app.post("messages", use: sendLegacy)
+        app.post("push/certificates", use: uploadPushConfig)
+        app.get("push/certificates", use: listPushConfigs)
+        app.delete("push/certificates/:name", use: deletePushConfig)
+        app.put("users/:username/push/binding", use: bind)
+        app.get("users/:username/push/binding", use: listBindings)
+        app.get("push/deliveries", use: deliveries)
     }
 
     // MARK: Tokens
@@ -144,6 +153,7 @@ struct Routes {
     @Sendable func disconnect(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let (app, user) = try await ownUser(request, context)
         try await store.revokeTokens(of: user.username, app: app.id, before: api.clock() + 1)
+        try await store.unbindAll(username: user.username, app: app.id)
         registry.disconnectAll(of: user.username, app: app.id, reason: "kicked")
         return api.respond(request, app: app, action: "get", data: ["result": true] as JSONValue)
     }
@@ -262,6 +272,147 @@ struct Routes {
         .array(
             [["owner": .string(group.owner)]]
                 + members.filter { $0 != group.owner }.map { ["member": .string($0)] as JSONValue })
+    }
+
+    // MARK: Push configurations and bindings
+
+    private func requirePush() throws -> PushConfigs {
+        guard let pushConfigs else { throw BeaconError.illegal("push is not enabled on this server (no secret key configured)") }
+        return pushConfigs
+    }
+
+    @Sendable func uploadPushConfig(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let configs = try requirePush()
+        let upload = try await api.body(PushConfigUpload.self, from: request)
+        let record = try configs.validate(upload, app: app.id, now: api.clock())
+        try await store.savePushConfig(record)
+        try onPushConfiguration?(try configs.trust(for: record))
+        return api.respond(request, app: app, action: "post", entities: [PushConfigView(record)])
+    }
+
+    @Sendable func listPushConfigs(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let views = try await store.pushConfigs(app: app.id).map(PushConfigView.init)
+        return api.respond(request, app: app, action: "get", entities: views, count: views.count)
+    }
+
+    @Sendable func deletePushConfig(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let name = try context.parameters.require("name")
+        guard let record = try await store.pushConfig(name, app: app.id), try await store.deletePushConfig(name, app: app.id) else {
+            throw BeaconError(.resourceNotFound, "no push configuration named \(name)")
+        }
+        return api.respond(request, app: app, action: "delete", entities: [PushConfigView(record)])
+    }
+
+    struct BindingRequest: Decodable {
+        var deviceID: String
+        var deviceToken: String
+        var notifierName: String
+        enum CodingKeys: String, CodingKey { case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name" }
+    }
+
+    struct BindingView: Codable, Sendable {
+        var deviceID: String
+        var deviceToken: String
+        var notifierName: String
+        enum CodingKeys: String, CodingKey { case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name" }
+        init(_ binding: PushBinding) {
+            deviceID = binding.deviceID
+            deviceToken = binding.deviceToken
+            notifierName = binding.notifier
+        }
+    }
+
+    /// Easemob's binding semantics: an empty token unbinds the device and notifier; an empty notifier unbinds
+    /// the whole device; an unknown notifier is refused. Answers with the device's remaining bindings.
+    @Sendable func bind(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        let body = try await api.body(BindingRequest.self, from: request)
+        guard (1...128).contains(body.deviceID.utf8.count) else { throw BeaconError.illegal("device_id must be 1-128 bytes") }
+        if body.notifierName.isEmpty {
+            try await store.unbind(username: user.username, deviceID: body.deviceID, notifier: nil, app: app.id)
+        } else {
+            guard try await store.pushConfig(body.notifierName, app: app.id) != nil else {
+                throw BeaconError(.notifierNotFound, "no push configuration named \(body.notifierName)")
+            }
+            if body.deviceToken.isEmpty {
+                try await store.unbind(username: user.username, deviceID: body.deviceID, notifier: body.notifierName, app: app.id)
+            } else {
+                guard body.deviceToken.utf8.count <= 256, APNsDeviceToken.isWellFormed(body.deviceToken) else {
+                    throw BeaconError.illegal("device_token must be the hex form of the APNs device token")
+                }
+                try await store.bind(
+                    PushBinding(
+                        username: user.username, deviceID: body.deviceID, notifier: body.notifierName,
+                        deviceToken: body.deviceToken.lowercased(), boundAt: api.clock()),
+                    app: app.id)
+            }
+        }
+        let remaining = try await store.bindings(of: user.username, app: app.id).filter { $0.deviceID == body.deviceID }
+        return api.respond(request, app: app, action: "put", entities: remaining.map(BindingView.init))
+    }
+
+    @Sendable func listBindings(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (app, user) = try await ownUser(request, context)
+        let bindings = try await store.bindings(of: user.username, app: app.id)
+        return api.respond(request, app: app, action: "get", entities: bindings.map(BindingView.init), count: bindings.count)
+    }
+
+    struct DeliveryView: Codable, Sendable {
+        var messageID: String
+        var username: String
+        var deviceID: String
+        var notifierName: String
+        var deviceToken: String
+        var apnsID: String
+        var status: String
+        var httpStatus: Int?
+        var reason: String?
+        var attempts: Int
+        var created: Int64
+        var updated: Int64
+        var history: [PushAttempt]
+        enum CodingKeys: String, CodingKey {
+            case messageID = "message_id", username, deviceID = "device_id", notifierName = "notifier_name", deviceToken = "device_token"
+            case apnsID = "apns_id", status, httpStatus = "http_status", reason, attempts, created, updated, history
+        }
+        init(_ job: PushJob) {
+            messageID = String(job.messageID)
+            username = job.job.username
+            deviceID = job.job.deviceID
+            notifierName = job.job.notifier
+            deviceToken = job.job.deviceToken
+            apnsID = job.job.apnsID
+            status = job.status.rawValue
+            httpStatus = job.lastStatus
+            reason = job.lastReason
+            attempts = job.attempts
+            created = job.createdAt
+            updated = job.updatedAt
+            history = job.history
+        }
+    }
+
+    /// `GET /push/deliveries?username=&message_id=&limit=`: every push job with its attempts, newest first.
+    @Sendable func deliveries(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        let caller = try await api.caller(request, app: app)
+        let query = request.uri.queryParameters
+        let username = query.get("username")
+        if case .user(let name) = caller, username != name { throw BeaconError(.forbidden, "a user token may only read its own deliveries") }
+        var messageID: UInt64?
+        if let text = query.get("message_id") {
+            guard let id = UInt64(text) else { throw BeaconError.illegal("message_id must be a decimal message id") }
+            messageID = id
+        }
+        let limit = min(max(query.get("limit").flatMap { Int($0) } ?? 100, 1), 1000)
+        let jobs = try await store.pushJobs(app: app.id, username: username, messageID: messageID, limit: limit)
+        return api.respond(request, app: app, action: "get", entities: jobs.map(DeliveryView.init), count: jobs.count)
     }
 
     // MARK: Messages

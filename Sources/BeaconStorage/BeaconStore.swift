@@ -45,9 +45,10 @@ public protocol BeaconStore: Sendable {
 
     // MARK: Messages
 
-    /// Stores `message` and one inbox entry per delivery, atomically, and returns the entries with their
-    /// sequence numbers. Deliveries to users that do not exist are skipped.
-    func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry]
+    /// Stores `message`, one inbox entry per delivery and the push jobs of `pushes`, atomically, and returns the
+    /// entries with their sequence numbers. Each push recipient's badge goes up by one before their jobs are rendered.
+    /// Deliveries to users that do not exist are skipped.
+    func append(_ message: Message, app: Int64, deliveries: [Delivery], pushes: PushPlan?) async throws -> [InboxEntry]
     /// The user's inbox entries after `seq`, oldest first.
     func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
     /// The highest sequence number this device has acknowledged (0 for a new device).
@@ -59,9 +60,51 @@ public protocol BeaconStore: Sendable {
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.
     func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus?
 
+    /// Sets the user's badge (a device connected: 0; the client reported its unread count).
+    func setBadge(of username: String, app: Int64, to value: Int) async throws
+
+    // MARK: Push configurations and bindings
+
+    /// Creates or replaces the app's configuration named `config.name`.
+    func savePushConfig(_ config: PushConfigRecord) async throws
+    func pushConfig(_ name: String, app: Int64) async throws -> PushConfigRecord?
+    func pushConfigs(app: Int64) async throws -> [PushConfigRecord]
+    /// Deletes the configuration; false if there was none.
+    func deletePushConfig(_ name: String, app: Int64) async throws -> Bool
+
+    /// Binds `binding.deviceToken` to the device and notifier, removing the token from anyone else in the app
+    /// (one device token belongs to one user at a time).
+    func bind(_ binding: PushBinding, app: Int64) async throws
+    /// Removes bindings of the user's device: one notifier's, or all of them when `notifier` is nil.
+    func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws
+    /// Removes every binding of the user (kick, logout everywhere).
+    func unbindAll(username: String, app: Int64) async throws
+    /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms).
+    /// Returns whether one was removed.
+    func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool
+    func bindings(of username: String, app: Int64) async throws -> [PushBinding]
+
+    // MARK: Push jobs
+
+    /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again).
+    func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob]
+    /// Records attempts' outcomes.
+    func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws
+    /// Delivery records, newest first, filtered by user and/or message.
+    func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob]
+    /// The earliest time a pending job is due, if any.
+    func nextPushJobDue() async throws -> Int64?
+
     // MARK: Retention
 
     /// Drops inbox entries beyond the app's limits (count per conversation, age) and messages no inbox holds.
     /// Returns the number of inbox entries removed.
     func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
+}
+
+extension BeaconStore {
+    /// Stores a message that pushes nobody.
+    public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
+        try await append(message, app: app, deliveries: deliveries, pushes: nil)
+    }
 }

@@ -141,3 +141,189 @@ public struct DeviceCursor: Sendable, Hashable {
         self.seq = seq
     }
 }
+
+/// A push configuration ("certificate" in Easemob's console): how to reach APNs for one app build.
+/// `secret` is sealed by the server (AES-GCM) before it reaches the store.
+public struct PushConfigRecord: Sendable, Hashable {
+    public enum Kind: String, Sendable, Codable { case p12, p8 }
+
+    public var appID: Int64
+    /// The `notifier_name` devices bind with (the SDK's `apnsCertName`).
+    public var name: String
+    public var kind: Kind
+    /// `development` or `production`.
+    public var environment: String
+    public var bundleID: String
+    public var voip: Bool
+    public var keyID: String?
+    public var teamID: String?
+    /// Encrypted credentials: the `.p8` PEM, or the `.p12` bytes and password.
+    public var sealedSecret: [UInt8]
+    /// The `.p12` certificate's expiry (ms), if any.
+    public var expiresAt: Int64?
+    public var createdAt: Int64
+
+    public init(
+        appID: Int64, name: String, kind: Kind, environment: String, bundleID: String, voip: Bool, keyID: String?, teamID: String?,
+        sealedSecret: [UInt8], expiresAt: Int64?, createdAt: Int64
+    ) {
+        self.appID = appID
+        self.name = name
+        self.kind = kind
+        self.environment = environment
+        self.bundleID = bundleID
+        self.voip = voip
+        self.keyID = keyID
+        self.teamID = teamID
+        self.sealedSecret = sealedSecret
+        self.expiresAt = expiresAt
+        self.createdAt = createdAt
+    }
+}
+
+/// A device's push binding: which token to push to through which configuration.
+public struct PushBinding: Sendable, Hashable, Codable {
+    public var username: String
+    public var deviceID: String
+    public var notifier: String
+    public var deviceToken: String
+    public var boundAt: Int64
+
+    public init(username: String, deviceID: String, notifier: String, deviceToken: String, boundAt: Int64) {
+        self.username = username
+        self.deviceID = deviceID
+        self.notifier = notifier
+        self.deviceToken = deviceToken
+        self.boundAt = boundAt
+    }
+}
+
+/// A push to store with a message: one per bound device of an offline recipient.
+public struct NewPushJob: Sendable, Hashable {
+    public var username: String
+    public var deviceID: String
+    public var notifier: String
+    public var deviceToken: String
+    public var topic: String
+    public var pushType: String
+    public var priority: Int
+    public var expiration: Int64
+    public var collapseID: String?
+    public var apnsID: String
+    public var payload: String
+
+    public init(
+        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: String, priority: Int,
+        expiration: Int64, collapseID: String?, apnsID: String, payload: String
+    ) {
+        self.username = username
+        self.deviceID = deviceID
+        self.notifier = notifier
+        self.deviceToken = deviceToken
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.payload = payload
+    }
+}
+
+/// The state of a push job.
+public enum PushJobStatus: String, Sendable, Codable {
+    /// Waiting for its (next) attempt.
+    case pending
+    /// APNs accepted it.
+    case sent
+    /// APNs refused it for good (bad token, unregistered, payload too large, …).
+    case failed
+    /// Retried until it was too old.
+    case expired
+}
+
+/// A stored push job with its delivery record.
+public struct PushJob: Sendable, Hashable {
+    public var id: Int64
+    public var appID: Int64
+    public var messageID: UInt64
+    public var job: NewPushJob
+    public var status: PushJobStatus
+    public var attempts: Int
+    public var lastStatus: Int?
+    public var lastReason: String?
+    public var createdAt: Int64
+    public var updatedAt: Int64
+    public var nextAttemptAt: Int64
+    /// Every attempt so far, oldest first (filled by `pushJobs`, empty from `claimPushJobs`).
+    public var history: [PushAttempt]
+
+    public init(
+        id: Int64, appID: Int64, messageID: UInt64, job: NewPushJob, status: PushJobStatus, attempts: Int, lastStatus: Int?,
+        lastReason: String?, createdAt: Int64, updatedAt: Int64, nextAttemptAt: Int64, history: [PushAttempt] = []
+    ) {
+        self.history = history
+        self.id = id
+        self.appID = appID
+        self.messageID = messageID
+        self.job = job
+        self.status = status
+        self.attempts = attempts
+        self.lastStatus = lastStatus
+        self.lastReason = lastReason
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.nextAttemptAt = nextAttemptAt
+    }
+}
+
+/// What became of one attempt.
+public struct PushAttemptOutcome: Sendable, Hashable {
+    public var jobID: Int64
+    public var status: PushJobStatus
+    /// HTTP status from APNs, if it answered.
+    public var httpStatus: Int?
+    /// APNs' reason, or a transport failure description.
+    public var reason: String?
+    /// When to try again (pending only).
+    public var nextAttemptAt: Int64?
+
+    public init(jobID: Int64, status: PushJobStatus, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil) {
+        self.jobID = jobID
+        self.status = status
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.nextAttemptAt = nextAttemptAt
+    }
+}
+
+/// Offline recipients to push for a message, and how to turn each recipient's badge and bindings into jobs.
+/// The store calls `render` inside the transaction that stores the message, so jobs and message commit together.
+public struct PushPlan: Sendable {
+    public var recipients: [String]
+    public var render: @Sendable (_ username: String, _ badge: Int, _ bindings: [PushBinding]) -> [NewPushJob]
+
+    public init(recipients: [String], render: @escaping @Sendable (String, Int, [PushBinding]) -> [NewPushJob]) {
+        self.recipients = recipients
+        self.render = render
+    }
+}
+
+/// One recorded attempt of a push job.
+public struct PushAttempt: Sendable, Hashable, Codable {
+    public var at: Int64
+    public var httpStatus: Int?
+    public var reason: String?
+    public var outcome: PushJobStatus
+
+    enum CodingKeys: String, CodingKey {
+        case at, httpStatus = "http_status", reason, outcome
+    }
+
+    public init(at: Int64, httpStatus: Int?, reason: String?, outcome: PushJobStatus) {
+        self.at = at
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.outcome = outcome
+    }
+}

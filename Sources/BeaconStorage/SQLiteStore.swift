@@ -65,6 +65,33 @@ public final class SQLiteStore: BeaconStore {
                         updated_at INTEGER NOT NULL, PRIMARY KEY (app_id, username, device_id));
                     """)
         }
+        migrator.registerMigration("v2-push") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE users ADD COLUMN badge INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE push_configs (
+                        app_id INTEGER NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, environment TEXT NOT NULL,
+                        bundle_id TEXT NOT NULL, voip INTEGER NOT NULL, key_id TEXT, team_id TEXT, sealed_secret BLOB NOT NULL,
+                        expires_at INTEGER, created_at INTEGER NOT NULL, PRIMARY KEY (app_id, name));
+                    CREATE TABLE push_bindings (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, device_id TEXT NOT NULL, notifier TEXT NOT NULL,
+                        device_token TEXT NOT NULL, bound_at INTEGER NOT NULL, PRIMARY KEY (app_id, username, device_id, notifier));
+                    CREATE INDEX push_bindings_by_token ON push_bindings (app_id, device_token);
+                    CREATE TABLE push_jobs (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT, app_id INTEGER NOT NULL, message_id INTEGER NOT NULL,
+                        username TEXT NOT NULL, device_id TEXT NOT NULL, notifier TEXT NOT NULL, device_token TEXT NOT NULL,
+                        topic TEXT NOT NULL, push_type TEXT NOT NULL, priority INTEGER NOT NULL, expiration INTEGER NOT NULL,
+                        collapse_id TEXT, apns_id TEXT NOT NULL, payload TEXT NOT NULL, status TEXT NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0, last_status INTEGER, last_reason TEXT, created_at INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL, next_attempt_at INTEGER NOT NULL, claimed_until INTEGER NOT NULL DEFAULT 0);
+                    CREATE INDEX push_jobs_due ON push_jobs (status, next_attempt_at);
+                    CREATE INDEX push_jobs_by_user ON push_jobs (app_id, username, message_id);
+                    CREATE INDEX push_jobs_by_message ON push_jobs (app_id, message_id);
+                    CREATE TABLE push_attempts (
+                        job_id INTEGER NOT NULL, at INTEGER NOT NULL, http_status INTEGER, reason TEXT, outcome TEXT NOT NULL);
+                    CREATE INDEX push_attempts_by_job ON push_attempts (job_id);
+                    """)
+        }
         return migrator
     }
 
@@ -192,7 +219,7 @@ public final class SQLiteStore: BeaconStore {
 
     public func deleteUser(_ username: String, app: Int64) async throws -> Bool {
         try await pool.write { db in
-            for table in ["inbox", "device_cursors", "group_members"] {
+            for table in ["inbox", "device_cursors", "group_members", "push_bindings"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
             }
             try db.execute(sql: "DELETE FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
@@ -256,7 +283,7 @@ public final class SQLiteStore: BeaconStore {
 
     // MARK: Messages
 
-    public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
+    public func append(_ message: Message, app: Int64, deliveries: [Delivery], pushes: PushPlan?) async throws -> [InboxEntry] {
         let body = try Self.encode(message.body)
         let ext = try Self.encode(.object(message.ext))
         return try await pool.write { db in
@@ -287,7 +314,33 @@ public final class SQLiteStore: BeaconStore {
                 ])
                 entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
             }
+            if let pushes {
+                try Self.storePushJobs(pushes, message: message, app: app, db: db)
+            }
             return entries
+        }
+    }
+
+    private static func storePushJobs(_ plan: PushPlan, message: Message, app: Int64, db: Database) throws {
+        let bindings = try db.cachedStatement(
+            sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username = ? ORDER BY device_id, notifier")
+        let badge = try db.cachedStatement(
+            sql: "UPDATE users SET badge = badge + 1 WHERE app_id = ? AND username = ? RETURNING badge")
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
+                    expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+                """)
+        for username in plan.recipients {
+            let bound = try Row.fetchAll(bindings, arguments: [app, username]).map(Self.binding(from:))
+            guard !bound.isEmpty, let count = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
+            for job in plan.render(username, count, bound) {
+                try insert.execute(arguments: [
+                    app, Int64(message.id), job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType, job.priority,
+                    job.expiration, job.collapseID, job.apnsID, job.payload, message.timestamp, message.timestamp, message.timestamp,
+                ])
+            }
         }
     }
 
@@ -354,6 +407,183 @@ public final class SQLiteStore: BeaconStore {
                 db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
             return acked >= seq ? .delivered : .undelivered
         }
+    }
+
+    public func setBadge(of username: String, app: Int64, to value: Int) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE users SET badge = ? WHERE app_id = ? AND username = ?", arguments: [max(0, value), app, username])
+        }
+    }
+
+    // MARK: Push configurations and bindings
+
+    public func savePushConfig(_ config: PushConfigRecord) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO push_configs (app_id, name, kind, environment, bundle_id, voip, key_id, team_id, sealed_secret, expires_at, created_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, name) DO UPDATE SET kind = excluded.kind, environment = excluded.environment,
+                        bundle_id = excluded.bundle_id, voip = excluded.voip, key_id = excluded.key_id, team_id = excluded.team_id,
+                        sealed_secret = excluded.sealed_secret, expires_at = excluded.expires_at, created_at = excluded.created_at
+                    """,
+                arguments: [
+                    config.appID, config.name, config.kind.rawValue, config.environment, config.bundleID, config.voip, config.keyID,
+                    config.teamID, Data(config.sealedSecret), config.expiresAt, config.createdAt,
+                ])
+        }
+    }
+
+    public func pushConfig(_ name: String, app: Int64) async throws -> PushConfigRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name]).map(Self.pushConfig(from:))
+        }
+    }
+
+    public func pushConfigs(app: Int64) async throws -> [PushConfigRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM push_configs WHERE app_id = ? ORDER BY name", arguments: [app]).map(Self.pushConfig(from:))
+        }
+    }
+
+    public func deletePushConfig(_ name: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name])
+            return db.changesCount > 0
+        }
+    }
+
+    private static func pushConfig(from row: Row) -> PushConfigRecord {
+        PushConfigRecord(
+            appID: row["app_id"], name: row["name"], kind: PushConfigRecord.Kind(rawValue: row["kind"]) ?? .p8, environment: row["environment"],
+            bundleID: row["bundle_id"], voip: row["voip"], keyID: row["key_id"], teamID: row["team_id"],
+            sealedSecret: [UInt8](row["sealed_secret"] as Data), expiresAt: row["expires_at"], createdAt: row["created_at"])
+    }
+
+    public func bind(_ binding: PushBinding, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM push_bindings WHERE app_id = ? AND device_token = ? AND NOT (username = ? AND device_id = ?)",
+                arguments: [app, binding.deviceToken, binding.username, binding.deviceID])
+            try db.execute(
+                sql: """
+                    INSERT INTO push_bindings (app_id, username, device_id, notifier, device_token, bound_at) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, device_id, notifier)
+                    DO UPDATE SET device_token = excluded.device_token, bound_at = excluded.bound_at
+                    """,
+                arguments: [app, binding.username, binding.deviceID, binding.notifier, binding.deviceToken, binding.boundAt])
+        }
+    }
+
+    public func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ? AND device_id = ? AND (? IS NULL OR notifier = ?)",
+                arguments: [app, username, deviceID, notifier, notifier])
+        }
+    }
+
+    public func unbindAll(username: String, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ?", arguments: [app, username])
+        }
+    }
+
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM push_bindings WHERE app_id = ? AND device_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
+                arguments: [app, deviceToken, notifier, unlessBoundSince, unlessBoundSince])
+            return db.changesCount > 0
+        }
+    }
+
+    public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username = ? ORDER BY device_id, notifier", arguments: [app, username]
+            ).map(Self.binding(from:))
+        }
+    }
+
+    private static func binding(from row: Row) -> PushBinding {
+        PushBinding(
+            username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
+            boundAt: row["bound_at"])
+    }
+
+    // MARK: Push jobs
+
+    public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
+        try await pool.write { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1 WHERE id IN (
+                        SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
+                        ORDER BY next_attempt_at, id LIMIT ?)
+                    RETURNING *
+                    """,
+                arguments: [now + lease, now, now, limit]
+            ).map(Self.pushJob(from:)).sorted { $0.id < $1.id }
+        }
+    }
+
+    public func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws {
+        guard !outcomes.isEmpty else { return }
+        try await pool.write { db in
+            let update = try db.cachedStatement(
+                sql: """
+                    UPDATE push_jobs SET status = ?, last_status = ?, last_reason = ?, updated_at = ?,
+                        next_attempt_at = COALESCE(?, next_attempt_at), claimed_until = 0 WHERE id = ?
+                    """)
+            let log = try db.cachedStatement(sql: "INSERT INTO push_attempts (job_id, at, http_status, reason, outcome) VALUES (?, ?, ?, ?, ?)")
+            for outcome in outcomes {
+                try update.execute(arguments: [
+                    outcome.status.rawValue, outcome.httpStatus, outcome.reason, now, outcome.nextAttemptAt, outcome.jobID,
+                ])
+                try log.execute(arguments: [outcome.jobID, now, outcome.httpStatus, outcome.reason, outcome.status.rawValue])
+            }
+        }
+    }
+
+    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM push_jobs WHERE app_id = ? AND (? IS NULL OR username = ?) AND (? IS NULL OR message_id = ?)
+                    ORDER BY id DESC LIMIT ?
+                    """,
+                arguments: [app, username, username, messageID.map { Int64($0) }, messageID.map { Int64($0) }, limit])
+            let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
+            return try rows.map { row in
+                var job = Self.pushJob(from: row)
+                job.history = try Row.fetchAll(history, arguments: [job.id]).map { attempt in
+                    PushAttempt(
+                        at: attempt["at"], httpStatus: attempt["http_status"], reason: attempt["reason"],
+                        outcome: PushJobStatus(rawValue: attempt["outcome"]) ?? .pending)
+                }
+                return job
+            }
+        }
+    }
+
+    public func nextPushJobDue() async throws -> Int64? {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT MIN(MAX(next_attempt_at, claimed_until)) FROM push_jobs WHERE status = 'pending'")
+        }
+    }
+
+    private static func pushJob(from row: Row) -> PushJob {
+        PushJob(
+            id: row["id"], appID: row["app_id"], messageID: UInt64(row["message_id"] as Int64),
+            job: NewPushJob(
+                username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
+                topic: row["topic"], pushType: row["push_type"], priority: row["priority"], expiration: row["expiration"],
+                collapseID: row["collapse_id"], apnsID: row["apns_id"], payload: row["payload"]),
+            status: PushJobStatus(rawValue: row["status"]) ?? .pending, attempts: row["attempts"], lastStatus: row["last_status"],
+            lastReason: row["last_reason"], createdAt: row["created_at"], updatedAt: row["updated_at"], nextAttemptAt: row["next_attempt_at"])
     }
 
     // MARK: Retention

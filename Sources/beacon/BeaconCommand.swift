@@ -1,3 +1,4 @@
+import APNsSimulator
 import ArgumentParser
 import BeaconCore
 import BeaconServer
@@ -6,13 +7,16 @@ import Configuration
 import Foundation
 import Hummingbird
 import Logging
+import NIOSSL
+import ServiceLifecycle
+import BeaconAPNs
 
 @main
 struct BeaconCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
-        subcommands: [Serve.self, AppCommand.self])
+        subcommands: [Serve.self, AppCommand.self, APNsSim.self])
 }
 
 /// Options every subcommand that touches the data directory shares.
@@ -55,23 +59,101 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on (env BEACON_PORT; default 8080; 0 picks a free port).")
     var port: Int?
 
+    @Option(help: "Send both APNs environments to this endpoint instead of Apple (env BEACON_APNS_ENDPOINT).")
+    var apnsEndpoint: String?
+
+    @Option(help: "PEM file of the CA to trust for --apns-endpoint (env BEACON_APNS_CA).")
+    var apnsCa: String?
+
+    @Flag(help: "Start the APNs simulator in-process and send every push to it (config key apnsSimulator).")
+    var apnsSimulator = false
+
+    @Flag(help: "--apns-simulator plus a seeded demo app; prints the curl that pushes to an offline user.")
+    var demo = false
+
     @OptionGroup var data: DataOptions
 
     func run() async throws {
         var flags: [String: ConfigValue] = [:]
         if let host { flags["host"] = ConfigValue(.string(host), isSecret: false) }
         if let port { flags["port"] = ConfigValue(.int(port), isSecret: false) }
+        if let apnsEndpoint { flags["apnsEndpoint"] = ConfigValue(.string(apnsEndpoint), isSecret: false) }
+        if let apnsCa { flags["apnsCa"] = ConfigValue(.string(apnsCa), isSecret: false) }
+        if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
         let config = try await data.reader(flags: flags)
         let logger = makeLogger(level: config.string(forKey: "logLevel"))
         let dataDir = config.string(forKey: "dataDir", default: "./data")
         let store = try SQLiteStore(directory: dataDir)
-        let server = try await BeaconServer(
-            store: store,
-            configuration: BeaconConfiguration(
-                host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080)),
-            logger: logger)
+        var configuration = BeaconConfiguration(
+            host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080))
+        if let key = config.string(forKey: "secretKey", isSecret: true) {
+            configuration.secretBox = try SecretBox(base64: key)
+        } else {
+            configuration.secretBox = try SecretBox.fromDataDirectory(dataDir, logger: logger)
+        }
+        var services: [any Service] = []
+        var simulator: APNsSimulator?
+        if config.bool(forKey: "apnsSimulator", default: false) {
+            var simulatorLogger = logger
+            simulatorLogger.logLevel = .warning
+            let started = try APNsSimulator(configuration: .init(environment: .development), logger: simulatorLogger)
+            simulator = started
+            services.append(started)
+            configuration.onPushConfiguration = { trust in
+                switch trust {
+                case .tokenKey(let teamID, let keyID, let publicKeyPEM):
+                    try started.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
+                case .certificateAuthorities(let pems, let topics, _):
+                    for pem in pems { try started.registerCertificateAuthority(pem: pem, topics: topics) }
+                }
+            }
+        } else if let endpoint = config.string(forKey: "apnsEndpoint") {
+            guard let caFile = config.string(forKey: "apnsCa") else { throw ValidationError("--apns-endpoint needs --apns-ca FILE") }
+            configuration.apnsRouting = try .custom(url: endpoint, caPEM: try String(contentsOfFile: caFile, encoding: .utf8))
+        }
+        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
+        let (ready, readySink) = AsyncStream.makeStream(of: Int.self)
+        services.insert(server.makeApplication { readySink.yield($0) }, at: 0)
+        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         logger.info("data directory \(dataDir)")
-        try await server.makeApplication().runService()
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var ports = ready.makeAsyncIterator()
+            guard let port = await ports.next() else { return }
+            if let simulator {
+                let endpoints = await simulator.endpoints()
+                configuration.apnsRouting = .custom(
+                    host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: try NIOSSLCertificate.fromPEMBytes(Array(simulator.caPEM.utf8)))
+                await server.setAPNsRouting(configuration.apnsRouting)
+                try await server.announceStoredPushConfigurations()
+                logger.notice("APNs simulator at \(endpoints.apnsURL); control API \(endpoints.controlURL) (see docs/apns-simulator.md)")
+                if demo {
+                    let setup = try await server.seedDemo()
+                    FileHandle.standardOutput.write(Data(demoInstructions(setup, beacon: "http://\(configuration.host):\(port)", control: endpoints.controlURL).utf8))
+                }
+            }
+            try await tasks.waitForAll()
+        }
+    }
+
+    private func demoInstructions(_ setup: DemoSetup, beacon: String, control: String) -> String {
+        """
+
+        Demo ready: app \(setup.app), users \(setup.sender) and \(setup.receiver) (password \(setup.password)); \(setup.receiver) is offline \
+        with a simulated iPhone bound through push configuration \(setup.notifier).
+        Send \(setup.receiver) a message:
+
+          curl -s \(beacon)/\(setup.app.org)/\(setup.app.name)/messages/users -H 'Authorization: Bearer \(setup.appToken)' -H 'Content-Type: application/json' -d '{"from":"\(setup.sender)","to":["\(setup.receiver)"],"type":"txt","body":{"msg":"hello from the demo"}}'
+
+        Then see the push the simulator received:
+
+          curl -s '\(control)/deliveries?device_token=\(setup.deviceToken)'
+
+        and Beacon's own delivery record:
+
+          curl -s '\(beacon)/\(setup.app.org)/\(setup.app.name)/push/deliveries?username=\(setup.receiver)' -H 'Authorization: Bearer \(setup.appToken)'
+
+        """
     }
 }
 
@@ -107,6 +189,44 @@ struct AppCommand: AsyncParsableCommand {
             } else {
                 print("Created app \(key)\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
             }
+        }
+    }
+}
+
+struct APNsSim: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apns-sim",
+        abstract: "Run a local APNs simulator (TLS + HTTP/2) with a control API; prints one JSON line when ready.")
+
+    @Option(help: "Host to listen on.") var host = "127.0.0.1"
+    @Option(help: "APNs port (0 picks a free one).") var port = 0
+    @Option(help: "Control API port (0 picks a free one).") var controlPort = 0
+    @Option(help: "Where to write the CA certificate (PEM) that clients must trust.") var caOut: String?
+    @Option(help: "The environment to play: development or production.") var environment = "development"
+    @Option(help: "Streams per connection once authenticated.") var maxConcurrentStreams = 1000
+
+    func run() async throws {
+        guard let environment = APNsEnvironment(rawValue: environment) else {
+            throw ValidationError("--environment must be development or production")
+        }
+        var logger = Logger(label: "beacon.apns-sim")
+        logger.logLevel = .warning
+        let simulator = try APNsSimulator(
+            configuration: .init(
+                host: host, port: port, controlPort: controlPort, environment: environment, maxConcurrentStreams: maxConcurrentStreams),
+            logger: logger)
+        let caFile = caOut ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-apns-sim-ca.pem").path
+        try simulator.caPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
+        let services = ServiceGroup(
+            configuration: .init(services: [simulator], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await services.run() }
+            let endpoints = await simulator.endpoints()
+            let line = ["apns_url": endpoints.apnsURL, "control_url": endpoints.controlURL, "ca_file": caFile]
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            FileHandle.standardOutput.write(try encoder.encode(line) + Data("\n".utf8))
+            try await group.waitForAll()
         }
     }
 }

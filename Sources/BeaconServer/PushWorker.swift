@@ -1,0 +1,230 @@
+import BeaconAPNs
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Turns a stored message into push jobs for its offline recipients' bound devices (stored in the same
+/// transaction as the message, see `PushPlan`).
+struct PushPlanner: Sendable {
+    let store: any BeaconStore
+    let presence: any PresenceRegistry
+    let clock: @Sendable () -> Int64
+
+    /// Default lifetime at APNs (`apns-expiration` = now + this).
+    static let expirationSeconds: Int64 = 24 * 3600
+
+    func plan(for message: Message, recipients: [String], app: AppRecord) async throws -> PushPlan? {
+        guard !message.onlineOnly, message.type != .cmd, message.ext["em_ignore_notification"]?.boolValue != true else { return nil }
+        let offline = recipients.filter { presence.onlineDevices(of: $0, app: app.id).isEmpty }
+        guard !offline.isEmpty else { return nil }
+        let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        guard !configs.isEmpty else { return nil }
+        let expiration = clock() / 1000 + Self.expirationSeconds
+        return PushPlan(recipients: offline) { username, badge, bindings in
+            bindings.compactMap { binding in
+                guard let config = configs[binding.notifier] else { return nil }
+                return NewPushJob(
+                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
+                    topic: config.bundleID, pushType: APNsPushType.alert.rawValue, priority: 10, expiration: expiration, collapseID: nil,
+                    apnsID: UUID().uuidString.lowercased(),
+                    payload: PushPayload.simpleBanner(for: message, receiver: username, badge: badge))
+            }
+        }
+    }
+}
+
+/// Sends stored push jobs: claims due jobs, sends them concurrently, records every attempt, retries transient
+/// failures with exponential backoff and jitter until `maxAge`, and removes bindings APNs says are dead.
+/// Jobs are leased, so a crash or restart resumes every unfinished one.
+final class PushWorker: Service, Sendable {
+    let store: any BeaconStore
+    let configs: PushConfigs
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+    /// Give up on a job this long (ms) after it was created.
+    let maxAge: Int64
+    /// Jobs claimed per round.
+    let batch: Int
+    private let wake = WakeSignal()
+
+    static let lease: Int64 = 60_000
+
+    init(store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 500) {
+        self.store = store
+        self.configs = configs
+        self.clock = clock
+        self.logger = logger
+        self.maxAge = maxAge
+        self.batch = batch
+    }
+
+    /// New jobs are stored: look now rather than at the next poll.
+    func jobsStored() {
+        wake.signal()
+    }
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully {
+            let worked: Bool
+            do {
+                worked = try await runOnce()
+            } catch {
+                logger.error("push worker round failed", metadata: ["error": "\(error)"])
+                worked = false
+            }
+            if !worked {
+                try? await cancelWhenGracefulShutdown { await self.wake.wait(upTo: .seconds(1)) }
+            }
+        }
+        await configs.shutdown()
+    }
+
+    /// Claims and sends one batch; false if there was nothing due.
+    func runOnce() async throws -> Bool {
+        let jobs = try await store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch)
+        guard !jobs.isEmpty else { return false }
+        let outcomes = await withTaskGroup(of: PushAttemptOutcome.self) { group in
+            for job in jobs {
+                group.addTask { await self.attempt(job) }
+            }
+            var outcomes: [PushAttemptOutcome] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes
+        }
+        try await store.recordPushAttempts(outcomes, now: clock())
+        return true
+    }
+
+    private func attempt(_ job: PushJob) async -> PushAttemptOutcome {
+        let config: PushConfigRecord
+        let client: APNsClient
+        do {
+            guard let found = try await store.pushConfig(job.job.notifier, app: job.appID) else {
+                return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
+            }
+            config = found
+            client = try configs.client(for: config)
+        } catch {
+            return retryOrGiveUp(job, httpStatus: nil, reason: "configuration: \(error)")
+        }
+        let notification = APNsNotification(
+            deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(rawValue: job.job.pushType) ?? .alert,
+            priority: job.job.priority, expiration: job.job.expiration, collapseID: job.job.collapseID,
+            apnsID: UUID(uuidString: job.job.apnsID) ?? UUID(), payload: Array(job.job.payload.utf8))
+        do {
+            _ = try await client.send(notification)
+            return PushAttemptOutcome(jobID: job.id, status: .sent, httpStatus: 200, reason: nil)
+        } catch {
+            switch error {
+            case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
+                await removeDeadBinding(job, reason: reason, timestamp: timestamp)
+                return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: status, reason: reason?.rawValue)
+            case .rejected(let status, let reason, _, _):
+                return retryOrGiveUp(job, httpStatus: status, reason: reason?.rawValue)
+            default:
+                return retryOrGiveUp(job, httpStatus: nil, reason: error.description)
+            }
+        }
+    }
+
+    /// 410 (unless re-bound after APNs' timestamp), BadDeviceToken and DeviceTokenNotForTopic end a binding.
+    private func removeDeadBinding(_ job: PushJob, reason: APNsReason?, timestamp: Int64?) async {
+        let unlessBoundSince: Int64?
+        switch reason {
+        case .unregistered?, .expiredToken?: unlessBoundSince = timestamp
+        case .badDeviceToken?, .deviceTokenNotForTopic?: unlessBoundSince = nil
+        default: return
+        }
+        do {
+            if try await store.removeBinding(
+                deviceToken: job.job.deviceToken, notifier: job.job.notifier, app: job.appID, unlessBoundSince: unlessBoundSince)
+            {
+                logger.info(
+                    "removed push binding", metadata: ["user": "\(job.job.username)", "device": "\(job.job.deviceID)", "reason": "\(reason!)"])
+            }
+        } catch {
+            logger.error("could not remove a dead binding", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func retryOrGiveUp(_ job: PushJob, httpStatus: Int?, reason: String?) -> PushAttemptOutcome {
+        let now = clock()
+        guard now - job.createdAt < maxAge else {
+            return PushAttemptOutcome(jobID: job.id, status: .expired, httpStatus: httpStatus, reason: reason)
+        }
+        return PushAttemptOutcome(
+            jobID: job.id, status: .pending, httpStatus: httpStatus, reason: reason, nextAttemptAt: now + Self.backoff(attempt: job.attempts))
+    }
+
+    /// Milliseconds before attempt `attempt + 1`: 1 s doubling to 10 min, ±20 % jitter.
+    static func backoff(attempt: Int, random: Double = Double.random(in: 0.8...1.2)) -> Int64 {
+        let base = min(1000 * pow(2, Double(max(attempt - 1, 0))), 600_000)
+        return Int64(base * random)
+    }
+}
+
+/// A wake-up that can be awaited with a limit; signals while nobody waits are kept (at most one).
+final class WakeSignal: Sendable {
+    private struct State {
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+        /// The current wait was cancelled before it could park.
+        var cancelled = false
+    }
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.pending = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns at the next signal, or after `limit`, or on cancellation.
+    func wait(upTo limit: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.waitForSignal() }
+            group.addTask { try? await Task.sleep(for: limit) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func waitForSignal() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> Bool in
+                    if state.cancelled {
+                        state.cancelled = false
+                        return true
+                    }
+                    if state.pending {
+                        state.pending = false
+                        return true
+                    }
+                    state.waiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                guard let waiter = state.waiter else {
+                    state.cancelled = true
+                    return nil
+                }
+                state.waiter = nil
+                return waiter
+            }
+            waiter?.resume()
+        }
+    }
+}
