@@ -31,6 +31,8 @@ public struct BeaconConfiguration: Sendable {
     /// Told about every push configuration (uploaded, or already stored at start): lets an in-process
     /// simulator trust what Beacon will send.
     public var onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
+    /// Told about every batch of push attempts once it is recorded (for monitoring and tests).
+    public var onPushAttempts: (@Sendable ([PushAttemptOutcome]) -> Void)?
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
@@ -52,6 +54,7 @@ public struct BeaconConfiguration: Sendable {
         self.secretBox = secretBox
         self.pushMaxAge = pushMaxAge
         self.onPushConfiguration = nil
+        self.onPushAttempts = nil
         self.clock = clock
     }
 }
@@ -83,7 +86,8 @@ public struct BeaconServer: Sendable {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
             pushConfigs = configs
             pushWorker = PushWorker(
-                store: store, configs: configs, clock: configuration.clock, logger: logger, maxAge: configuration.pushMaxAge)
+                store: store, configs: configs, clock: configuration.clock, logger: logger, maxAge: configuration.pushMaxAge,
+                onRecorded: configuration.onPushAttempts)
         } else {
             pushConfigs = nil
             pushWorker = nil

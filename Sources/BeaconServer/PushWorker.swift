@@ -48,11 +48,16 @@ final class PushWorker: Service, Sendable {
     let maxAge: Int64
     /// Jobs claimed per round.
     let batch: Int
+    let onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)?
     private let wake = WakeSignal()
 
     static let lease: Int64 = 60_000
 
-    init(store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 500) {
+    init(
+        store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 500,
+        onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
+    ) {
+        self.onRecorded = onRecorded
         self.store = store
         self.configs = configs
         self.clock = clock
@@ -95,6 +100,7 @@ final class PushWorker: Service, Sendable {
             return outcomes
         }
         try await store.recordPushAttempts(outcomes, now: clock())
+        onRecorded?(outcomes)
         return true
     }
 

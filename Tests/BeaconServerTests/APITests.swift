@@ -12,7 +12,7 @@ import Testing
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice")
             let wrongSecret = try await beacon.rest(
-                "POST", "/token", ["grant_type": "client_credentials", "client_id": .string(beacon.credentials.clientID), "client_secret": "nope"],
+                "POST", "/token", ["grant_type": "client_credentials", "client_id": .string(beacon.credentials!.clientID), "client_secret": "nope"],
                 anonymous: true)
             #expect(wrongSecret.status == 400)
             #expect(wrongSecret.json["error"] == "invalid_grant")

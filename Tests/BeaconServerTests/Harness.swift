@@ -1,4 +1,8 @@
+import APNsSimulator
+import BeaconAPNs
 import BeaconClient
+import Crypto
+import NIOSSL
 import BeaconCore
 import BeaconServer
 import BeaconStorage
@@ -12,6 +16,9 @@ import Testing
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+
+/// The same key across servers of one test, so that a restarted server opens what the first one sealed.
+let testSecretKey = SymmetricKey(data: Data(repeating: 7, count: 32))
 
 /// A clock tests can move.
 final class TestClock: Sendable {
@@ -29,22 +36,49 @@ struct TestBeacon: Sendable {
     let baseURL: URL
     let port: Int
     let store: any BeaconStore
-    let credentials: AppCredentials
+    /// The app's credentials, when this run created the app.
+    let credentials: AppCredentials?
     let appToken: String
+    /// Every push attempt the server records, in order.
+    let pushOutcomes: Collector<PushAttemptOutcome>
 
     var appKey: String { "acme#chat" }
 
-    /// Runs `body` against a fresh server; shuts the server down afterwards.
-    static func run<T: Sendable>(clock: TestClock? = nil, _ body: @Sendable (TestBeacon) async throws -> T) async throws -> T {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
+    /// Runs `body` against a fresh server; shuts the server down afterwards. With `push`, the server pushes
+    /// to that simulator (trusting what is uploaded) using `secretKey`; `directory` reuses a data directory.
+    static func run<T: Sendable>(
+        clock: TestClock? = nil, push: APNsSimulator? = nil, apnsRouting: APNsRouting? = nil, directory: URL? = nil,
+        _ body: @Sendable (TestBeacon) async throws -> T
+    ) async throws -> T {
+        let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
         let store = try SQLiteStore(directory: directory.path)
         var logger = Logger(label: "beacon.test")
         logger.logLevel = .warning
-        let credentials = try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store)
+        let credentials = try await store.app(AppKey(org: "acme", name: "chat")) == nil
+            ? try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store) : nil
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
         if let clock { configuration.clock = { clock.now } }
+        configuration.secretBox = SecretBox(key: testSecretKey)
+        let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)
+        configuration.onPushAttempts = { for outcome in $0 { outcomeSink.yield(outcome) } }
+        let pushOutcomes = Collector(outcomes)
+        if let apnsRouting { configuration.apnsRouting = apnsRouting }
+        if let push {
+            let endpoints = await push.endpoints()
+            configuration.apnsRouting = .custom(
+                host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: try NIOSSLCertificate.fromPEMBytes(Array(push.caPEM.utf8)))
+            configuration.onPushConfiguration = { trust in
+                switch trust {
+                case .tokenKey(let teamID, let keyID, let publicKeyPEM):
+                    try push.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
+                case .certificateAuthorities(let pems, let topics, _):
+                    for pem in pems { try push.registerCertificateAuthority(pem: pem, topics: topics) }
+                }
+            }
+        }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
+        // As `beacon serve --apns-simulator` does: the simulator trusts configurations stored earlier.
+        try await server.announceStoredPushConfigurations()
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
         let application = server.makeApplication { portSink.yield($0) }
         let services = ServiceGroup(configuration: .init(services: [application], logger: logger))
@@ -54,9 +88,10 @@ struct TestBeacon: Sendable {
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next() else { throw HTTPError(description: "server did not start") }
             let baseURL = URL(string: "http://127.0.0.1:\(port)")!
-            let token = try await Self.requestToken(
-                baseURL, ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
-            let beacon = TestBeacon(baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token)
+            let app = try await store.app(AppKey(org: "acme", name: "chat"))!
+            let token = server.issueToken(app: app)
+            let beacon = TestBeacon(
+                baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token, pushOutcomes: pushOutcomes)
             do {
                 let result = try await body(beacon)
                 await services.triggerGracefulShutdown()
@@ -220,5 +255,46 @@ extension Collector where Element == ConnectionEvent {
     /// Waits for the `n`th `.synced` event.
     func synced(_ n: Int = 1) async throws {
         try await wait { $0.filter { if case .synced = $0 { true } else { false } }.count >= n }
+    }
+}
+
+/// Runs `body` with a started APNs simulator (cancelled afterwards).
+func withSimulator<T: Sendable>(_ body: @Sendable (APNsSimulator) async throws -> T) async throws -> T {
+    var logger = Logger(label: "beacon.test.sim")
+    logger.logLevel = .warning
+    let simulator = try APNsSimulator(configuration: .init(environment: .development), logger: logger)
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await simulator.run() }
+        defer { group.cancelAll() }
+        _ = await simulator.endpoints()
+        return try await body(simulator)
+    }
+}
+
+/// A Beacon server pushing to a fresh simulator.
+func withPushBeacon<T: Sendable>(_ body: @Sendable (TestBeacon, APNsSimulator) async throws -> T) async throws -> T {
+    try await withSimulator { simulator in
+        try await TestBeacon.run(push: simulator) { beacon in try await body(beacon, simulator) }
+    }
+}
+
+extension TestBeacon {
+    /// Uploads a token-auth (`.p8`) push configuration named `name`.
+    func uploadP8(name: String = "ios-dev", bundleID: String = "com.example.chat", environment: String = "development") async throws {
+        let (status, answer) = try await rest(
+            "POST", "/push/certificates",
+            ["name": .string(name), "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "KEY0000001",
+             "team_id": "TEAM000001", "environment": .string(environment), "bundle_id": .string(bundleID)])
+        guard status == 200 else { throw HTTPError(description: "upload failed: \(answer)") }
+    }
+
+    /// Binds `token` to the user's device through `notifier`.
+    func bind(_ username: String, device: String = "iphone", token: String, notifier: String = "ios-dev") async throws -> (Int, JSONValue) {
+        try await rest("PUT", "/users/\(username)/push/binding", ["device_id": .string(device), "device_token": .string(token), "notifier_name": .string(notifier)])
+    }
+
+    /// The app's push delivery records for a user.
+    func deliveries(of username: String) async throws -> [JSONValue] {
+        try await rest("GET", "/push/deliveries?username=\(username)").json["entities"]?.arrayValue ?? []
     }
 }

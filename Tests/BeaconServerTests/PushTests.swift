@@ -1,0 +1,301 @@
+import APNsSimulator
+import BeaconAPNs
+import BeaconCore
+import BeaconServer
+import BeaconStorage
+import Crypto
+import Foundation
+import NIOSSL
+import SwiftASN1
+import Testing
+import X509
+
+private let phone = String(repeating: "ab", count: 32)
+private let tablet = String(repeating: "cd", count: 32)
+
+extension Collector where Element == PushAttemptOutcome {
+    /// Waits until `count` attempts have been recorded in all.
+    func attempts(_ count: Int) async throws -> [PushAttemptOutcome] {
+        try await wait { $0.count >= count }
+    }
+}
+
+@Suite struct PushConfigurationTests {
+    @Test func p8UploadsAreValidatedAndNeverShowTheirSecret() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.uploadP8()
+            let listed = try await beacon.rest("GET", "/push/certificates")
+            let entity = try #require(listed.json["entities"]?[0])
+            #expect(entity["name"] == "ios-dev")
+            #expect(entity["kind"] == "p8")
+            #expect(entity["environment"] == "development")
+            #expect(entity["bundle_id"] == "com.example.chat")
+            #expect(entity["file"] == nil)
+            #expect(!"\(listed.json)".contains("PRIVATE KEY"))
+
+            let notAKey = try await beacon.rest(
+                "POST", "/push/certificates",
+                ["name": "bad", "kind": "p8", "file": "not a key", "key_id": "K", "team_id": "T", "environment": "production", "bundle_id": "b"])
+            #expect(notAKey.json["error"] == "invalid_p8_key")
+            let rsa = "-----BEGIN PRIVATE KEY-----\nMIIBVAIBADANBgkqhkiG9w0BAQEFAASCAT4wggE6AgEAAkEA\n-----END PRIVATE KEY-----"
+            #expect(try await beacon.rest(
+                "POST", "/push/certificates",
+                ["name": "rsa", "kind": "p8", "file": .string(rsa), "key_id": "K", "team_id": "T", "environment": "production", "bundle_id": "b"]
+            ).json["error"] == "invalid_p8_key")
+            #expect(try await beacon.rest(
+                "POST", "/push/certificates", ["name": "nokey", "kind": "p8", "file": "x", "environment": "production", "bundle_id": "b"]
+            ).json["error"] == "illegal_argument")
+            #expect(try await beacon.rest(
+                "POST", "/push/certificates", ["name": "env", "kind": "p8", "file": "x", "environment": "staging", "bundle_id": "b"]
+            ).json["error"] == "json_parse")
+            let user = try await beacon.userToken(try await { try await beacon.createUsers("alice"); return "alice" }())
+            #expect(try await beacon.rest("GET", "/push/certificates", token: user).status == 403)
+
+            #expect(try await beacon.rest("DELETE", "/push/certificates/ios-dev").status == 200)
+            #expect(try await beacon.rest("DELETE", "/push/certificates/ios-dev").status == 404)
+        }
+    }
+
+    @Test func p12UploadsCheckPasswordFileAndExpiry() async throws {
+        try await TestBeacon.run { beacon in
+            let valid = try makeP12(password: "s3cret", notValidAfter: Date() + 86400)
+            func upload(_ file: String, password: String) async throws -> (Int, JSONValue) {
+                try await beacon.rest(
+                    "POST", "/push/certificates",
+                    ["name": "ios-prod", "kind": "p12", "file": .string(file), "password": .string(password), "environment": "production",
+                     "bundle_id": "com.example.chat"])
+            }
+            let good = try await upload(valid.base64EncodedString(), password: "s3cret")
+            #expect(good.0 == 200)
+            #expect(good.1["entities"]?[0]?["expires"]?.stringValue != nil)
+            #expect(try await upload(valid.base64EncodedString(), password: "wrong").1["error"] == "invalid_p12_password")
+            #expect(try await upload(Data("garbage".utf8).base64EncodedString(), password: "x").1["error"] == "invalid_p12_file")
+            let expired = try makeP12(password: "s3cret", notValidAfter: Date() - 86400)
+            #expect(try await upload(expired.base64EncodedString(), password: "s3cret").1["error"] == "certificate_expired")
+        }
+    }
+}
+
+@Suite struct BindingTests {
+    @Test func bindingsFollowEasemobsRules() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8(name: "ios-dev")
+            try await beacon.uploadP8(name: "ios-voip")
+            #expect(try await beacon.bind("alice", token: phone).1["entities"]?[0]?["device_token"]?.stringValue == phone)
+            _ = try await beacon.bind("alice", token: phone, notifier: "ios-voip")
+            let unknown = try await beacon.bind("alice", token: phone, notifier: "nope")
+            #expect(unknown.0 == 400)
+            #expect(unknown.1["error"] == "notifier_not_found")
+            #expect(try await beacon.bind("alice", token: "not-hex").1["error"] == "illegal_argument")
+            // An empty token unbinds that notifier only.
+            let after = try await beacon.bind("alice", token: "", notifier: "ios-voip")
+            #expect(after.1["entities"]?.arrayValue?.count == 1)
+            // An empty notifier removes everything of the device.
+            _ = try await beacon.bind("alice", token: phone, notifier: "ios-voip")
+            #expect(try await beacon.bind("alice", token: "", notifier: "").1["entities"]?.arrayValue?.isEmpty == true)
+
+            // A shared phone: the token moves to whoever bound it last.
+            _ = try await beacon.bind("alice", token: phone)
+            _ = try await beacon.bind("bob", device: "shared", token: phone)
+            #expect(try await beacon.rest("GET", "/users/alice/push/binding").json["entities"]?.arrayValue?.isEmpty == true)
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 1)
+
+            // A user token manages its own bindings only; kicking removes them.
+            let alice = try await beacon.userToken("alice")
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding", token: alice).status == 403)
+            #expect(try await beacon.rest("POST", "/users/bob/disconnect").status == 200)
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
+        }
+    }
+}
+
+@Suite struct PushDeliveryTests {
+    @Test func anOfflineRecipientIsPushedTheSimpleBanner() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+            let id = try #require(sent.json["data"]?["bob"]?.stringValue)
+            #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
+            let delivery = try #require(simulator.deliveries(deviceToken: phone).first)
+            #expect(delivery.topic == "com.example.chat")
+            #expect(delivery.pushType == "alert")
+            #expect(delivery.priority == 10)
+            #expect(delivery.expiration! > Int64(Date().timeIntervalSince1970) + 86000)
+            #expect(delivery.payload == .object([
+                "aps": .object(["alert": .object(["body": .string("You have a new message")]), "badge": .number(1), "sound": .string("default")]),
+                "f": .string("alice"), "t": .string("bob"), "m": .string(id),
+            ]))
+            // The badge counts messages since bob was last online.
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "again"]])
+            _ = try await beacon.pushOutcomes.attempts(2)
+            #expect(simulator.deliveries(deviceToken: phone).last?.payload.badge == 2)
+
+            let records = try await beacon.deliveries(of: "bob")
+            #expect(records.count == 2)
+            #expect(records.last?["message_id"]?.stringValue == id)
+            #expect(records.last?["status"] == "sent")
+            #expect(records.last?["apns_id"]?.stringValue == delivery.apnsID)
+            #expect(records.last?["device_id"] == "iphone")
+            #expect(records.last?["notifier_name"] == "ios-dev")
+            #expect(records.last?["attempts"]?.intValue == 1)
+            #expect(try await beacon.rest("GET", "/push/deliveries?message_id=\(id)").json["count"]?.intValue == 1)
+
+            // Online: no push; and coming online resets the badge.
+            let device = try await beacon.connect("bob")
+            try await device.events.synced()
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "live"]])
+            _ = try await device.messages.wait { $0.contains { $0.content == .text("live") } }
+            await device.client.logout()
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "gone"]])
+            _ = try await beacon.pushOutcomes.attempts(3)
+            #expect(simulator.deliveries(deviceToken: phone).count == 3)
+            #expect(simulator.deliveries(deviceToken: phone).last?.payload.badge == 1)
+        }
+    }
+
+    @Test func groupsAddTheGroupIDAndCommandsAndSilentMessagesPushNobody() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            _ = try await beacon.bind("carol", token: tablet)
+            let group = try await beacon.createGroup(owner: "alice", members: ["bob", "carol"])
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "typing"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "s"], "ext": ["em_ignore_notification": true]])
+            _ = try await beacon.rest("POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
+            _ = try await beacon.pushOutcomes.attempts(2)
+            #expect(simulator.deliveries().count == 2)
+            #expect(simulator.deliveries().allSatisfy { $0.payload.g == group })
+            #expect(simulator.deliveries(deviceToken: phone).count == 1)
+        }
+    }
+
+    @Test func unregisteredTokensLoseTheirBindingUnlessReboundLater() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            _ = try await beacon.bind("carol", token: tablet)
+            // bob's token went stale after he bound it: his binding goes.
+            simulator.markUnregistered(deviceToken: phone, timestamp: Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
+            // carol re-registered after the token went stale: her binding is newer than APNs' timestamp and stays.
+            simulator.markUnregistered(deviceToken: tablet, timestamp: 1_000)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+            let outcomes = try await beacon.pushOutcomes.attempts(2)
+            #expect(outcomes.map(\.status) == [.failed, .failed])
+            #expect(outcomes.map(\.httpStatus) == [410, 410])
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
+            #expect(try await beacon.rest("GET", "/users/carol/push/binding").json["count"]?.intValue == 1)
+            #expect(try await beacon.deliveries(of: "bob").first?["reason"] == "Unregistered")
+        }
+    }
+
+    @Test func badTokensAndWrongTopicsLoseTheirBinding() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            _ = try await beacon.bind("carol", token: tablet)
+            simulator.registerDeviceToken(phone, topic: "com.example.other")
+            simulator.registerDeviceToken(tablet, topic: "com.example.chat", environment: .production)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+            _ = try await beacon.pushOutcomes.attempts(2)
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
+            #expect(try await beacon.rest("GET", "/users/carol/push/binding").json["count"]?.intValue == 0)
+            let reasons = Set(try await beacon.deliveries(of: "bob").compactMap { $0["reason"]?.stringValue }
+                + (try await beacon.deliveries(of: "carol")).compactMap { $0["reason"]?.stringValue })
+            #expect(reasons == ["DeviceTokenNotForTopic", "BadDeviceToken"])
+        }
+    }
+
+    @Test func transientFailuresAreRetriedWithBackoff() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            var faults = SimulatorFaults()
+            faults.failStatus = 503
+            faults.failReason = "ServiceUnavailable"
+            faults.failCount = 1
+            simulator.setFaults(faults)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
+            let outcomes = try await beacon.pushOutcomes.attempts(2)
+            #expect(outcomes[0].status == .pending)
+            #expect(outcomes[0].httpStatus == 503)
+            #expect(outcomes[1].status == .sent)
+            let record = try #require(try await beacon.deliveries(of: "bob").first)
+            #expect(record["attempts"]?.intValue == 2)
+            #expect(record["history"]?.arrayValue?.map { $0["outcome"] } == ["pending", "sent"])
+            #expect(simulator.deliveries().count == 1)
+        }
+    }
+
+    @Test func aRestartResumesUnfinishedPushesAndNeverResendsAcceptedOnes() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-restart-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // First life: APNs is unreachable (a closed port), so the job stays pending.
+        let unreachable = APNsRouting.custom(host: "127.0.0.1", port: 1, trustRoots: [])
+        try await TestBeacon.run(apnsRouting: unreachable, directory: directory) { beacon in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "accepted"]])
+            #expect(try await beacon.pushOutcomes.attempts(1)[0].status == .pending)
+        }
+        // Second life, with APNs back: the job is sent once.
+        try await withSimulator { simulator in
+            try await TestBeacon.run(push: simulator, directory: directory) { beacon in
+                let outcomes = try await beacon.pushOutcomes.wait { $0.contains { $0.status == .sent } }
+                #expect(outcomes.filter { $0.status == .sent }.count == 1)
+                #expect(simulator.deliveries(deviceToken: phone).count == 1)
+            }
+        }
+        // Third life: nothing left to send.
+        try await withSimulator { simulator in
+            try await TestBeacon.run(push: simulator, directory: directory) { beacon in
+                _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "new"]])
+                let outcomes = try await beacon.pushOutcomes.attempts(1)
+                #expect(outcomes.count == 1)
+                #expect(simulator.deliveries(deviceToken: phone).count == 1)
+                #expect(try await beacon.deliveries(of: "bob").filter { $0["status"] == "sent" }.count == 2)
+            }
+        }
+    }
+}
+
+extension JSONPayload {
+    var badge: Int? {
+        if case .object(let root) = self, case .object(let aps)? = root["aps"], case .number(let badge)? = aps["badge"] { return Int(badge) }
+        return nil
+    }
+    var g: String? {
+        if case .object(let root) = self, case .string(let group)? = root["g"] { return group }
+        return nil
+    }
+}
+
+/// A `.p12` (made with the openssl command line) holding a fresh certificate and key.
+func makeP12(password: String, notValidAfter: Date) throws -> Data {
+    let key = P256.Signing.PrivateKey()
+    let name = try DistinguishedName { CommonName("Apple Push Services: com.example.chat") }
+    let certificate = try Certificate(
+        version: .v3, serialNumber: .init(), publicKey: .init(key.publicKey), notValidBefore: notValidAfter - 2 * 86400,
+        notValidAfter: notValidAfter, issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256,
+        extensions: try Certificate.Extensions { Critical(BasicConstraints.notCertificateAuthority) }, issuerPrivateKey: .init(key))
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("p12-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    try key.pemRepresentation.write(to: directory.appendingPathComponent("key.pem"), atomically: true, encoding: .utf8)
+    try certificate.serializeAsPEM().pemString.write(to: directory.appendingPathComponent("cert.pem"), atomically: true, encoding: .utf8)
+    let openssl = Process()
+    openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+    openssl.currentDirectoryURL = directory
+    openssl.arguments = ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:\(password)", "-out", "out.p12"]
+    try openssl.run()
+    openssl.waitUntilExit()
+    return try Data(contentsOf: directory.appendingPathComponent("out.p12"))
+}
