@@ -118,6 +118,26 @@ public actor BeaconClient {
         try await waitUntilConnected()
     }
 
+    /// Binds this device's APNs token (from `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`)
+    /// to the logged-in user through the push configuration named `options.apnsCertName`.
+    public func registerForRemoteNotifications(deviceToken: Data) async throws {
+        guard let username else { throw BeaconClientError.notLoggedIn }
+        guard let notifier = options.apnsCertName else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
+        let hex = deviceToken.map { String(format: "%02x", $0) }.joined()
+        let _: JSONValue = try await request(
+            "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: hex, notifierName: notifier))
+    }
+
+    /// Logs out; with `unbindDeviceToken`, this device stops receiving pushes for the user (otherwise, as with
+    /// Easemob, pushes keep coming while the token and certificate stay valid).
+    public func logout(unbindDeviceToken: Bool) async throws {
+        if unbindDeviceToken, let username {
+            let _: JSONValue = try await request(
+                "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: "", notifierName: ""))
+        }
+        await logout()
+    }
+
     /// Disconnects and forgets the token. Messages arriving meanwhile wait on the server.
     public func logout() async {
         token = nil

@@ -223,3 +223,22 @@ public struct Envelope<Data: Codable & Sendable>: Sendable, Codable {
         self.count = count
     }
 }
+
+/// `PUT /{org}/{app}/users/{username}/push/binding`.
+public struct PushBindingRequest: Sendable, Codable {
+    public var deviceID: String
+    /// Hex APNs device token; empty unbinds this device and notifier.
+    public var deviceToken: String
+    /// The push configuration name; empty unbinds every notifier of this device.
+    public var notifierName: String
+
+    enum CodingKeys: String, CodingKey {
+        case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name"
+    }
+
+    public init(deviceID: String, deviceToken: String, notifierName: String) {
+        self.deviceID = deviceID
+        self.deviceToken = deviceToken
+        self.notifierName = notifierName
+    }
+}

@@ -309,13 +309,6 @@ struct Routes {
         return api.respond(request, app: app, action: "delete", entities: [PushConfigView(record)])
     }
 
-    struct BindingRequest: Decodable {
-        var deviceID: String
-        var deviceToken: String
-        var notifierName: String
-        enum CodingKeys: String, CodingKey { case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name" }
-    }
-
     struct BindingView: Codable, Sendable {
         var deviceID: String
         var deviceToken: String
@@ -332,7 +325,7 @@ struct Routes {
     /// the whole device; an unknown notifier is refused. Answers with the device's remaining bindings.
     @Sendable func bind(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let (app, user) = try await ownUser(request, context)
-        let body = try await api.body(BindingRequest.self, from: request)
+        let body = try await api.body(PushBindingRequest.self, from: request)
         guard (1...128).contains(body.deviceID.utf8.count) else { throw BeaconError.illegal("device_id must be 1-128 bytes") }
         if body.notifierName.isEmpty {
             try await store.unbind(username: user.username, deviceID: body.deviceID, notifier: nil, app: app.id)

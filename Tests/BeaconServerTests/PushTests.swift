@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
+import BeaconClient
 import BeaconCore
 import BeaconServer
 import BeaconStorage
@@ -153,6 +154,28 @@ extension Collector where Element == PushAttemptOutcome {
             _ = try await beacon.pushOutcomes.attempts(3)
             #expect(simulator.deliveries(deviceToken: phone).count == 3)
             #expect(simulator.deliveries(deviceToken: phone).last?.payload.badge == 1)
+        }
+    }
+
+    @Test func theSDKBindsItsDeviceTokenAndUnbindsOnLogout() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8(name: "ios-dev")
+            let client = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, apnsCertName: "ios-dev", deviceID: "bobs-iphone"))
+            try await client.login(username: "bob", password: "pw")
+            try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
+            let bindings = try await beacon.rest("GET", "/users/bob/push/binding").json["entities"]
+            #expect(bindings?[0]?["device_id"] == "bobs-iphone")
+            #expect(bindings?[0]?["device_token"]?.stringValue == phone)
+            // Logged out without unbinding: pushes keep coming.
+            await client.logout()
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
+            #expect(try await beacon.pushOutcomes.attempts(1)[0].status == .sent)
+            try await client.login(username: "bob", password: "pw")
+            try await client.logout(unbindDeviceToken: true)
+            #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
+            #expect(simulator.deliveries().count == 1)
         }
     }
 

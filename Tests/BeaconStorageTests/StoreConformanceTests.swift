@@ -192,4 +192,81 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         #expect(entries.count == 1999)
         #expect(Set(entries.map(\.seq)) == [1])
     }
+
+    @Test(arguments: StoreKind.allCases)
+    func pushConfigurationsAreSavedReplacedAndDeleted(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        var config = PushConfigRecord(
+            appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K", teamID: "T",
+            sealedSecret: [1, 2, 3], expiresAt: nil, createdAt: now)
+        try await store.savePushConfig(config)
+        config.bundleID = "com.y"
+        config.createdAt = now + 1
+        try await store.savePushConfig(config)
+        #expect(try await store.pushConfig("ios", app: app.id) == config)
+        #expect(try await store.pushConfigs(app: app.id) == [config])
+        #expect(try await store.deletePushConfig("ios", app: app.id))
+        #expect(try await !store.deletePushConfig("ios", app: app.id))
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func aDeviceTokenBelongsToOneUserAtATime(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        try await store.bind(PushBinding(username: "alice", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+        try await store.bind(PushBinding(username: "alice", deviceID: "d1", notifier: "voip", deviceToken: "aa", boundAt: 1), app: app.id)
+        try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
+        #expect(try await store.bindings(of: "alice", app: app.id).isEmpty)
+        #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["aa"])
+        // 410 with a timestamp before the binding: kept; after: removed.
+        #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1))
+        #expect(try await store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 3))
+        try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "bb", boundAt: 4), app: app.id)
+        try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "voip", deviceToken: "cc", boundAt: 4), app: app.id)
+        try await store.unbind(username: "bob", deviceID: "d9", notifier: "voip", app: app.id)
+        #expect(try await store.bindings(of: "bob", app: app.id).map(\.notifier) == ["ios"])
+        try await store.unbindAll(username: "bob", app: app.id)
+        #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func pushJobsAreStoredWithTheMessageAndLeasedToWorkers(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob", "carol"])
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+        let plan = PushPlan(recipients: ["bob", "carol"]) { username, badge, bindings in
+            bindings.map { binding in
+                NewPushJob(
+                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken, topic: "t",
+                    pushType: "alert", priority: 10, expiration: 0, collapseID: nil, apnsID: "id", payload: "{\"badge\":\(badge)}")
+            }
+        }
+        _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
+        _ = try await store.append(text(2, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
+        // carol has no binding: no job, and her badge is untouched.
+        let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
+        #expect(claimed.map(\.job.payload) == [#"{"badge":1}"#, #"{"badge":2}"#])
+        #expect(claimed.map(\.attempts) == [1, 1])
+        #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 10).isEmpty)  // leased
+        try await store.recordPushAttempts(
+            [PushAttemptOutcome(jobID: claimed[0].id, status: .sent, httpStatus: 200, reason: nil)], now: now + 20)
+        // The unrecorded one comes back when its lease runs out (a crashed worker).
+        let again = try await store.claimPushJobs(now: now + 1001, lease: 1000, limit: 10)
+        #expect(again.map(\.id) == [claimed[1].id])
+        #expect(again[0].attempts == 2)
+        try await store.recordPushAttempts(
+            [PushAttemptOutcome(jobID: again[0].id, status: .pending, httpStatus: 503, reason: "Shutdown", nextAttemptAt: now + 5000)], now: now + 1002)
+        #expect(try await store.nextPushJobDue() == now + 5000)
+        #expect(try await store.claimPushJobs(now: now + 4999, lease: 1000, limit: 10).isEmpty)
+        let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
+        #expect(records.map(\.status) == [.pending, .sent])
+        #expect(records[0].history.map(\.reason) == ["Shutdown"])
+        #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 1, limit: 10).count == 1)
+        try await store.setBadge(of: "bob", app: app.id, to: 0)
+        _ = try await store.append(text(3, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"badge":1}"#)
+    }
 }
