@@ -89,7 +89,9 @@ let package = Package(
         ]),
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
-            "BeaconServer", "BeaconStorage", "BeaconClient",
+            "BeaconServer", "BeaconStorage", "BeaconClient", "BeaconAPNs", "APNsSimulator",
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),

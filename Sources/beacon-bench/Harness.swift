@@ -18,14 +18,15 @@ struct BenchServer {
     private let services: ServiceGroup
     private let task: Task<Void, any Error>
 
-    static func start() async throws -> BenchServer {
+    static func start(configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
         let store = try SQLiteStore(directory: directory.path)
         var logger = Logger(label: "beacon.bench")
         logger.logLevel = .error
         let credentials = try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store)
-        let server = try await BeaconServer(
-            store: store, configuration: BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000), logger: logger)
+        var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
+        configure(&configuration)
+        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
         let services = ServiceGroup(configuration: .init(services: [server.makeApplication { portSink.yield($0) }], logger: logger))
         let task = Task { try await services.run() }

@@ -1,0 +1,205 @@
+import APNsSimulator
+import ArgumentParser
+import BeaconAPNs
+import BeaconCore
+import BeaconServer
+import BeaconStorage
+import Crypto
+import Foundation
+import NIOSSL
+
+/// CPU seconds (user + system) used by this process, or by its reaped children.
+func cpuSeconds(children: Bool = false) -> Double {
+    var usage = rusage()
+    getrusage(children ? RUSAGE_CHILDREN.rawValue : RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// Starts `beacon apns-sim` (next to this executable) and reads its ready line.
+func startSimulatorProcess(maxStreams: Int = 1000) throws -> (Process, apnsPort: Int, control: String, caFile: String) {
+    let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
+    let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-ca-\(UUID().uuidString).pem").path
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = ["apns-sim", "--ca-out", caFile, "--max-concurrent-streams", String(maxStreams)]
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    var line = Data()
+    while !line.contains(UInt8(ascii: "\n")) {
+        let chunk = output.fileHandleForReading.availableData
+        if chunk.isEmpty { throw BenchError("apns-sim exited") }
+        line.append(chunk)
+    }
+    let ready = try JSONDecoder().decode([String: String].self, from: line)
+    let port = Int(ready["apns_url"]!.split(separator: ":").last!)!
+    return (process, port, ready["control_url"]!, caFile)
+}
+
+/// Notifications per second into the simulator: Beacon's client beside h2load (the ceiling) and aioapns (a peer).
+struct APNs: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "APNs client throughput vs h2load and aioapns, same simulator.")
+
+    @Option var notifications = 50_000
+    @Option var connections = 4
+    @Option(help: "Notifications for the slower aioapns run.") var aioapnsNotifications = 10_000
+
+    func run() async throws {
+        let (simulator, port, control, caFile) = try startSimulatorProcess()
+        defer { simulator.terminate() }
+        let key = APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: P256.Signing.PrivateKey())
+        _ = try await REST.call(
+            URL(string: control)!, "POST", "/keys",
+            ["team_id": .string(key.teamID), "key_id": .string(key.keyID), "public_key_pem": .string(key.privateKey.publicKey.pemRepresentation)],
+            token: nil)
+        let token = String(repeating: "ab", count: 32)
+        let payload = #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default"},"f":"alice","t":"bob","m":"1"}"#
+        let roots = try NIOSSLCertificate.fromPEMFile(caFile)
+        print("apns: \(notifications) notifications into `beacon apns-sim` over loopback TLS/HTTP/2, \(connections) connections")
+
+        // Beacon's client.
+        let client = APNsClient(
+            credentials: .token(key), endpoint: APNsEndpoint(host: "127.0.0.1", port: port, trustRoots: roots),
+            configuration: .init(connections: connections, maxInFlight: 400, requestTimeout: .seconds(30)))
+        _ = try await client.send(APNsNotification(deviceToken: token, topic: "com.example.bench", payload: Array(payload.utf8)))  // warm up
+        let cpuBefore = cpuSeconds()
+        let start = monotonicNanoseconds()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<notifications {
+                group.addTask {
+                    _ = try await client.send(
+                        APNsNotification(deviceToken: token, topic: "com.example.bench", priority: 10, payload: Array(payload.utf8)))
+                }
+            }
+            try await group.waitForAll()
+        }
+        let beaconSeconds = Double(monotonicNanoseconds() - start) / 1e9
+        let beaconCPU = (cpuSeconds() - cpuBefore) / Double(notifications) * 1e6
+        await client.shutdown()
+        let beaconRate = Double(notifications) / beaconSeconds
+        print("beacon APNsClient: \(format(beaconRate, 0)) notifications/s, client CPU \(format(beaconCPU, 1)) µs/notification")
+
+        // h2load: the same request, the same simulator.
+        let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-payload.json")
+        try payload.write(to: payloadFile, atomically: true, encoding: .utf8)
+        let jwt = try key.token(issuedAt: Int64(Date().timeIntervalSince1970))
+        let h2load = Process()
+        h2load.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
+        h2load.arguments = [
+            "-n", String(notifications), "-c", String(connections), "-m", "100", "-t", "1", "-d", payloadFile.path,
+            "-H", "apns-topic: com.example.bench", "-H", "apns-push-type: alert", "-H", "authorization: bearer \(jwt)",
+            "https://127.0.0.1:\(port)/3/device/\(token)",
+        ]
+        let h2Output = Pipe()
+        h2load.standardOutput = h2Output
+        let childCPUBefore = cpuSeconds(children: true)
+        try h2load.run()
+        let h2Text = String(decoding: h2Output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        h2load.waitUntilExit()
+        let h2CPU = (cpuSeconds(children: true) - childCPUBefore) / Double(notifications) * 1e6
+        let h2Rate = h2Text.split(separator: "\n").first { $0.hasPrefix("finished in") }
+            .flatMap { line in line.split(separator: ",").dropFirst().first.flatMap { Double($0.trimmingCharacters(in: .whitespaces).split(separator: " ")[0]) } } ?? .nan
+        let h2Status = h2Text.split(separator: "\n").first { $0.contains("status codes:") }.map(String.init) ?? "?"
+        print("h2load:            \(format(h2Rate, 0)) notifications/s, CPU \(format(h2CPU, 1)) µs/notification (\(h2Status.trimmingCharacters(in: .whitespaces)))")
+
+        // aioapns, pointed at the simulator.
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-key.p8")
+        try key.privateKey.pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
+        let script = """
+            import asyncio, ssl, sys, time
+            from aioapns import APNs, NotificationRequest
+            from aioapns.connection import APNsDevelopmentClientProtocol
+            APNsDevelopmentClientProtocol.APNS_SERVER = "127.0.0.1"
+            APNsDevelopmentClientProtocol.APNS_PORT = \(port)
+            async def main():
+                context = ssl.create_default_context(cafile="\(caFile)")
+                apns = APNs(key="\(keyFile.path)", key_id="\(key.keyID)", team_id="\(key.teamID)", topic="com.example.bench",
+                            use_sandbox=True, ssl_context=context, max_connections=10)
+                payload = {"aps": {"alert": {"body": "You have a new message"}, "badge": 1, "sound": "default"}, "f": "alice", "t": "bob", "m": "1"}
+                n = int(sys.argv[1])
+                sem = asyncio.Semaphore(1000)
+                ok = 0
+                async def one():
+                    nonlocal ok
+                    async with sem:
+                        r = await apns.send_notification(NotificationRequest(device_token="\(token)", message=payload))
+                        ok += r.is_successful
+                await one()
+                start = time.time()
+                await asyncio.gather(*(one() for _ in range(n)))
+                print(f"{n / (time.time() - start):.0f} {ok}")
+            asyncio.run(main())
+            """
+        let python = Process()
+        python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        python.arguments = ["python3", "-c", script, String(aioapnsNotifications)]
+        let pythonOutput = Pipe()
+        python.standardOutput = pythonOutput
+        let pythonCPUBefore = cpuSeconds(children: true)
+        try python.run()
+        let pythonText = String(decoding: pythonOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        python.waitUntilExit()
+        let pythonCPU = (cpuSeconds(children: true) - pythonCPUBefore) / Double(aioapnsNotifications) * 1e6
+        let parts = pythonText.split(separator: " ")
+        let aioRate = parts.first.flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? .nan
+        print("aioapns:           \(format(aioRate, 0)) notifications/s, CPU \(format(pythonCPU, 1)) µs/notification (\(parts.dropFirst().first.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "?") accepted of \(aioapnsNotifications))")
+        print("ratio beacon / h2load:  \(format(beaconRate / h2Rate)) (aim ≥ 0.6)")
+        print("ratio beacon / aioapns: \(format(beaconRate / aioRate)) (aim ≥ 10)")
+    }
+}
+
+/// One group message to 10,000 offline members, each with a binding: time until the simulator holds every push.
+struct Fanout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Group fan-out through the whole push path into the simulator.")
+
+    @Option var members = 10_000
+
+    func run() async throws {
+        let simulator = try APNsSimulator(logger: .init(label: "bench.sim"))
+        let simulatorTask = Task { try await simulator.run() }
+        defer { simulatorTask.cancel() }
+        let endpoints = await simulator.endpoints()
+        let routing = APNsRouting.custom(
+            host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: try NIOSSLCertificate.fromPEMBytes(Array(simulator.caPEM.utf8)))
+        let server = try await BenchServer.start { configuration in
+            configuration.apnsRouting = routing
+            configuration.secretBox = SecretBox(key: SymmetricKey(size: .bits256))
+            configuration.onPushConfiguration = { trust in
+                if case .tokenKey(let teamID, let keyID, let publicKeyPEM) = trust {
+                    try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
+                }
+            }
+        }
+        let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
+        let names = (0..<members).map { "m\($0)" }
+        _ = try await server.store.createUsers(names.map { NewUser(username: $0, passwordHash: "-") }, app: app.id, now: 0)
+        _ = try await REST.call(
+            server.baseURL, "POST", "/bench/chat/push/certificates",
+            ["name": "ios", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "BENCHKEY01",
+             "team_id": "BENCHTEAM1", "environment": "development", "bundle_id": "com.example.bench"],
+            token: server.appToken)
+        for (index, name) in names.enumerated() {
+            try await server.store.bind(
+                PushBinding(username: name, deviceID: "phone", notifier: "ios", deviceToken: String(format: "%064x", index), boundAt: 0), app: app.id)
+        }
+        try await server.store.createGroup(
+            GroupRecord(appID: app.id, id: "g1", name: "all", description: "", owner: names[0], maxUsers: 100_000, createdAt: 0), members: names)
+        print("fanout: 1 group message to \(members - 1) offline members with bindings")
+        let start = monotonicNanoseconds()
+        let answer = try await REST.call(
+            server.baseURL, "POST", "/bench/chat/messages/chatgroups",
+            ["from": .string(names[0]), "to": ["g1"], "type": "txt", "body": ["msg": "to everyone"]], token: server.appToken)
+        let stored = Double(monotonicNanoseconds() - start) / 1e6
+        guard answer["data"]?["g1"] != nil else { throw BenchError("send failed: \(answer)") }
+        let expected = members - 1
+        while simulator.deliveries().count < expected {
+            try await Task.sleep(for: .milliseconds(5))
+            if Double(monotonicNanoseconds() - start) / 1e9 > 120 { break }
+        }
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
+        let delivered = simulator.deliveries().count
+        print("stored and acknowledged after \(format(stored, 0)) ms; simulator holds \(delivered) of \(expected) after \(format(elapsed)) s")
+        print("end-to-end pushes/s: \(format(Double(delivered) / elapsed, 0)) (aim ≥ 10,000, ratio \(format(Double(delivered) / elapsed / 10_000)))")
+        await server.stop()
+    }
+}
