@@ -12,6 +12,8 @@ final class ConnectionAuth: Sendable {
         var certificateEnvironment: APNsEnvironment?
         var lastToken: String?
         var lastTokenAt: Date?
+        /// The `iat` of `lastToken`, which was fully verified.
+        var lastTokenIssuedAt: Double?
         var teamID: String?
         var authenticated = false
         var requests = 0
@@ -104,6 +106,10 @@ struct RequestValidator {
     private func checkProviderToken(_ header: String?, connection: ConnectionAuth) -> APNsReason? {
         guard let header, header.lowercased().hasPrefix("bearer "), header.count > 7 else { return .missingProviderToken }
         let jwt = String(header.dropFirst(7))
+        // A connection's current token was verified when first seen: only its age needs checking again.
+        if let verified = connection.state.withLock({ $0.lastToken == jwt ? $0.lastTokenIssuedAt : nil }) {
+            return now.timeIntervalSince1970 - verified > 3600 ? .expiredProviderToken : nil
+        }
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = decodeBase64URL(parts[0]), let claimsData = decodeBase64URL(parts[1]),
             let signatureData = decodeBase64URL(parts[2]),
@@ -124,6 +130,7 @@ struct RequestValidator {
             if state.lastToken != jwt {
                 state.lastToken = jwt
                 state.lastTokenAt = now
+                state.lastTokenIssuedAt = issuedAt
             }
             state.teamID = issuer
             return nil

@@ -15,7 +15,8 @@ public final class APNsClient: Sendable {
         public var connections: Int
         /// Notifications in flight across the pool; more wait their turn.
         public var maxInFlight: Int
-        /// Every request gets an answer or `APNsFailure.timeout` within this.
+        /// Every request gets an answer or `APNsFailure.timeout` within this of its stream opening (waiting for a
+        /// stream slot is bounded by the requests ahead of it, each bounded by this).
         public var requestTimeout: Duration
         /// A provider token is reused this long (Apple: refresh between 20 and 60 minutes).
         public var tokenLifetime: Duration
@@ -74,13 +75,11 @@ public final class APNsClient: Sendable {
         defer { limiter.release() }
         let timeout = configuration.requestTimeout
         do {
-            return try await withDeadline(timeout) {
-                let connection = try await self.connection()
-                do {
-                    return try await connection.send(notification)
-                } catch APNsFailure.rejected(403, .expiredProviderToken, _, _) {
-                    return try await connection.send(notification, forceNewToken: true)
-                }
+            let connection = try await self.connection()
+            do {
+                return try await connection.send(notification, timeout: timeout)
+            } catch APNsFailure.rejected(403, .expiredProviderToken, _, _) {
+                return try await connection.send(notification, timeout: timeout, forceNewToken: true)
             }
         } catch let failure as APNsFailure {
             throw failure
@@ -190,19 +189,6 @@ public final class APNsClient: Sendable {
             }
             await connection?.close()
         }
-    }
-}
-
-/// Runs `body`, or throws `APNsFailure.timeout` once `timeout` has passed (cancelling it).
-func withDeadline<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            throw APNsFailure.timeout
-        }
-        defer { group.cancelAll() }
-        return try await group.next()!
     }
 }
 

@@ -19,14 +19,14 @@ final class APNsConnection: Sendable {
     }
 
     private let channel: any Channel
-    private let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+    private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
     private let authority: String
     private let signingKey: APNsSigningKey?
     private let settings: Settings
     let state: ConnectionState
 
     private init(
-        channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>, authority: String, signingKey: APNsSigningKey?,
+        channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, authority: String, signingKey: APNsSigningKey?,
         settings: Settings, state: ConnectionState
     ) {
         self.channel = channel
@@ -60,7 +60,9 @@ final class APNsConnection: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : endpoint.host))
-                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { $0.eventLoop.makeSucceededVoidFuture() }
+                    let multiplexer = try sync.configureHTTP2Pipeline(
+                        mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
+                    ) { $0.eventLoop.makeSucceededVoidFuture() }
                     try sync.addHandler(ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval))
                     return (channel, multiplexer)
                 }
@@ -70,7 +72,8 @@ final class APNsConnection: Sendable {
     }
 
     /// Sends one notification on its own stream; answers or throws `APNsFailure`.
-    func send(_ notification: APNsNotification, forceNewToken: Bool = false) async throws -> APNsAccepted {
+    /// Answers or throws `APNsFailure` within `timeout` of the stream opening.
+    func send(_ notification: APNsNotification, timeout: Duration, forceNewToken: Bool = false) async throws -> APNsAccepted {
         try await state.acquireStream()
         defer { state.releaseStream() }
         var headers: HPACKHeaders = [
@@ -84,54 +87,31 @@ final class APNsConnection: Sendable {
         if let signingKey {
             headers.add(name: "authorization", value: "bearer " + (try providerToken(signingKey, forceNew: forceNewToken)), indexing: .indexable)
         }
-        let stream: NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+        // One hop to the event loop: the stream is created, and its handler writes the request once it is active.
+        let response = channel.eventLoop.makePromise(of: StreamResponse.self)
+        let request = (headers, ByteBuffer(bytes: notification.payload))
+        let created = channel.eventLoop.makePromise(of: (any Channel).self)
+        created.futureResult.whenFailure { error in response.fail(APNsFailure.connectionLost("could not open a stream: \(error)")) }
+        multiplexer.createStreamChannel(promise: created) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(StreamResponseHandler(request: request, response: response, timeout: timeout))
+            }
+        }
+        let answer: StreamResponse
         do {
-            stream = try await multiplexer.openStream { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(wrappingChannelSynchronously: channel)
-                }
-            }
+            answer = try await response.futureResult.get()
+        } catch let failure as APNsFailure {
+            if case .connectionLost(let why) = failure { throw APNsFailure.connectionLost(await lossReason(default: why)) }
+            throw failure
         } catch {
-            throw APNsFailure.connectionLost("could not open a stream: \(error)")
+            throw APNsFailure.connectionLost(await lossReason(default: "\(error)"))
         }
-        return try await stream.executeThenClose { inbound, outbound in
-            do {
-                try await outbound.write(.headers(.init(headers: headers)))
-                try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: notification.payload)), endStream: true)))
-                var status: Int?
-                var responseHeaders = HPACKHeaders()
-                var body = ByteBuffer()
-                var ended = false
-                loop: for try await frame in inbound {
-                    switch frame {
-                    case .headers(let block):
-                        if status == nil {
-                            responseHeaders = block.headers
-                            status = block.headers.first(name: ":status").flatMap { Int($0) }
-                        }
-                        if block.endStream { ended = true; break loop }
-                    case .data(let data):
-                        if case .byteBuffer(var buffer) = data.data { body.writeBuffer(&buffer) }
-                        if data.endStream { ended = true; break loop }
-                    case .rstStream(let code):
-                        throw APNsFailure.connectionLost("stream reset: \(code)")
-                    default:
-                        continue
-                    }
-                }
-                guard ended, let status else { throw APNsFailure.connectionLost(await lossReason(default: "stream closed without an answer")) }
-                let apnsID = responseHeaders.first(name: "apns-id") ?? notification.apnsID.uuidString.lowercased()
-                if status == 200 {
-                    return APNsAccepted(apnsID: apnsID, uniqueID: responseHeaders.first(name: "apns-unique-id"))
-                }
-                let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body.readableBytesView))
-                throw APNsFailure.rejected(status: status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
-            } catch let failure as APNsFailure {
-                throw failure
-            } catch {
-                throw APNsFailure.connectionLost(await lossReason(default: "\(error)"))
-            }
+        let apnsID = answer.headers.first(name: "apns-id") ?? notification.apnsID.uuidString.lowercased()
+        if answer.status == 200 {
+            return APNsAccepted(apnsID: apnsID, uniqueID: answer.headers.first(name: "apns-unique-id"))
         }
+        let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(answer.body.readableBytesView))
+        throw APNsFailure.rejected(status: answer.status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
     }
 
     /// Why a stream ended without an answer. A GOAWAY closes streams and is reported to `ConnectionEventsHandler`
@@ -318,5 +298,94 @@ final class ConnectionEventsHandler: ChannelInboundHandler, Sendable {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         state.markClosed(reason: "\(error)")
         context.close(promise: nil)
+    }
+}
+
+/// A response as read from one stream.
+struct StreamResponse: Sendable {
+    var status: Int
+    var headers: HPACKHeaders
+    var body: ByteBuffer
+}
+
+/// Reads one response on a request stream into a promise; fails it on reset, closure or timeout.
+/// (A plain handler rather than `NIOAsyncChannel`: one promise per notification keeps the client's CPU per push low.)
+final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    private let request: (headers: HPACKHeaders, body: ByteBuffer)
+    private let response: EventLoopPromise<StreamResponse>
+    private let timeout: Duration
+    // Touched only on the stream's event loop.
+    private var status: Int?
+    private var headers = HPACKHeaders()
+    private var body = ByteBuffer()
+    private var timer: Scheduled<Void>?
+    private var done = false
+
+    init(request: (HPACKHeaders, ByteBuffer), response: EventLoopPromise<StreamResponse>, timeout: Duration) {
+        self.request = request
+        self.response = response
+        self.timeout = timeout
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)) {
+            let (handler, context) = loopBound.value
+            handler.finish(.failure(APNsFailure.timeout))
+            context.close(promise: nil)
+        }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.write(wrapOutboundOut(.headers(.init(headers: request.headers))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(request.body), endStream: true))), promise: nil)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .headers(let block):
+            if status == nil {
+                headers = block.headers
+                status = block.headers.first(name: ":status").flatMap { Int($0) }
+            }
+            if block.endStream { complete() }
+        case .data(let frame):
+            if case .byteBuffer(var buffer) = frame.data { body.writeBuffer(&buffer) }
+            if frame.endStream { complete() }
+        case .rstStream(let code):
+            finish(.failure(APNsFailure.connectionLost("stream reset: \(code)")))
+        default:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(.failure(APNsFailure.connectionLost("stream closed without an answer")))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        finish(.failure(APNsFailure.connectionLost("\(error)")))
+        context.close(promise: nil)
+    }
+
+    private func complete() {
+        guard let status else {
+            finish(.failure(APNsFailure.connectionLost("response without :status")))
+            return
+        }
+        finish(.success(StreamResponse(status: status, headers: headers, body: body)))
+    }
+
+    private func finish(_ result: Result<StreamResponse, any Error>) {
+        guard !done else { return }
+        done = true
+        timer?.cancel()
+        response.completeWith(result)
     }
 }

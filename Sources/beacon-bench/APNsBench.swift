@@ -38,7 +38,7 @@ func startSimulatorProcess(maxStreams: Int = 1000) throws -> (Process, apnsPort:
 
 /// Notifications per second into the simulator: Beacon's client beside h2load (the ceiling) and aioapns (a peer).
 struct APNs: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "APNs client throughput vs h2load and aioapns, same simulator.")
+    static let configuration = CommandConfiguration(commandName: "apns", abstract: "APNs client throughput vs h2load and aioapns, same simulator.")
 
     @Option var notifications = 50_000
     @Option var connections = 4
@@ -60,15 +60,19 @@ struct APNs: AsyncParsableCommand {
         // Beacon's client.
         let client = APNsClient(
             credentials: .token(key), endpoint: APNsEndpoint(host: "127.0.0.1", port: port, trustRoots: roots),
-            configuration: .init(connections: connections, maxInFlight: 400, requestTimeout: .seconds(30)))
+            configuration: .init(connections: connections, maxInFlight: 1000, requestTimeout: .seconds(30)))
         _ = try await client.send(APNsNotification(deviceToken: token, topic: "com.example.bench", payload: Array(payload.utf8)))  // warm up
         let cpuBefore = cpuSeconds()
         let start = monotonicNanoseconds()
+        // A fixed number of senders, each sending its share in turn (as a push worker does).
+        let senders = 1000
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<notifications {
+            for sender in 0..<senders {
                 group.addTask {
-                    _ = try await client.send(
-                        APNsNotification(deviceToken: token, topic: "com.example.bench", priority: 10, payload: Array(payload.utf8)))
+                    for _ in stride(from: sender, to: notifications, by: senders) {
+                        _ = try await client.send(
+                            APNsNotification(deviceToken: token, topic: "com.example.bench", priority: 10, payload: Array(payload.utf8)))
+                    }
                 }
             }
             try await group.waitForAll()
@@ -150,7 +154,7 @@ struct APNs: AsyncParsableCommand {
 
 /// One group message to 10,000 offline members, each with a binding: time until the simulator holds every push.
 struct Fanout: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Group fan-out through the whole push path into the simulator.")
+    static let configuration = CommandConfiguration(commandName: "fanout", abstract: "Group fan-out through the whole push path into the simulator.")
 
     @Option var members = 10_000
 
