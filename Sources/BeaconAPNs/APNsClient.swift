@@ -93,18 +93,23 @@ public final class APNsClient: Sendable {
         for slot in slots { await slot.close() }
     }
 
-    /// A usable connection: the least busy of the pool, (re)connecting a slot whose connection went away.
+    /// A usable connection: the least busy of the pool. Load opens the pool's other connections as it grows
+    /// (fewer streams per connection cost less in HTTP/2 bookkeeping), and a slot whose connection went away
+    /// is reconnected.
     private func connection() async throws -> APNsConnection {
         let start = next.wrappingAdd(1, ordering: .relaxed).oldValue
         var best: APNsConnection?
+        var idleSlot: Slot?
         for offset in 0..<slots.count {
-            if let live = slots[(start + offset) % slots.count].liveConnection, best == nil || live.inFlight < best!.inFlight {
-                best = live
+            let slot = slots[(start + offset) % slots.count]
+            if let live = slot.liveConnection {
+                if best == nil || live.inFlight < best!.inFlight { best = live }
+            } else if idleSlot == nil {
+                idleSlot = slot
             }
         }
-        if let best, best.inFlight < best.state.maxStreams { return best }
-        // Nothing idle: use (or open) the next slot.
-        let slot = slots[start % slots.count]
+        if let best, best.inFlight == 0 || idleSlot == nil, best.inFlight < best.state.maxStreams { return best }
+        let slot = idleSlot ?? slots[start % slots.count]
         return try await slot.connection {
             try await APNsConnection.connect(
                 to: self.endpoint, credentials: self.credentials,

@@ -1,5 +1,3 @@
-import Foundation
-
 /// Builds APNs payloads. Pure: the same inputs always give the same bytes.
 public enum PushPayload {
     /// The SimpleBanner payload of SPEC §4: a fixed body, the badge, the default sound, and Easemob's custom keys
@@ -17,8 +15,6 @@ public enum PushPayload {
 
     /// Compact JSON with sorted keys.
     public static func encode(_ value: JSONValue) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self)
+        JSONWriter.string(value)
     }
 }

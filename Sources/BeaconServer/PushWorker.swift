@@ -54,7 +54,7 @@ final class PushWorker: Service, Sendable {
     static let lease: Int64 = 60_000
 
     init(
-        store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 500,
+        store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
         onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
     ) {
         self.onRecorded = onRecorded
@@ -91,9 +91,15 @@ final class PushWorker: Service, Sendable {
     func runOnce() async throws -> Bool {
         let jobs = try await store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch)
         guard !jobs.isEmpty else { return false }
+        // Each configuration is read once per batch.
+        var configurations: [String: PushConfigRecord?] = [:]
+        for job in jobs where configurations["\(job.appID)/\(job.job.notifier)"] == nil {
+            configurations["\(job.appID)/\(job.job.notifier)"] = .some(try await store.pushConfig(job.job.notifier, app: job.appID))
+        }
         let outcomes = await withTaskGroup(of: PushAttemptOutcome.self) { group in
             for job in jobs {
-                group.addTask { await self.attempt(job) }
+                let config = configurations["\(job.appID)/\(job.job.notifier)"] ?? nil
+                group.addTask { await self.attempt(job, config: config) }
             }
             var outcomes: [PushAttemptOutcome] = []
             for await outcome in group { outcomes.append(outcome) }
@@ -104,14 +110,12 @@ final class PushWorker: Service, Sendable {
         return true
     }
 
-    private func attempt(_ job: PushJob) async -> PushAttemptOutcome {
-        let config: PushConfigRecord
+    private func attempt(_ job: PushJob, config: PushConfigRecord?) async -> PushAttemptOutcome {
+        guard let config else {
+            return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
+        }
         let client: APNsClient
         do {
-            guard let found = try await store.pushConfig(job.job.notifier, app: job.appID) else {
-                return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
-            }
-            config = found
             client = try configs.client(for: config)
         } catch {
             return retryOrGiveUp(job, httpStatus: nil, reason: "configuration: \(error)")

@@ -322,8 +322,17 @@ public final class SQLiteStore: BeaconStore {
     }
 
     private static func storePushJobs(_ plan: PushPlan, message: Message, app: Int64, db: Database) throws {
-        let bindings = try db.cachedStatement(
-            sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username = ? ORDER BY device_id, notifier")
+        var bindings: [String: [PushBinding]] = [:]
+        for chunk in stride(from: 0, to: plan.recipients.count, by: 500).map({ Array(plan.recipients[$0..<min($0 + 500, plan.recipients.count)]) }) {
+            let marks = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+            for row in try Row.fetchAll(
+                db, sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username IN (\(marks)) ORDER BY username, device_id, notifier",
+                arguments: StatementArguments([app] + chunk))
+            {
+                let binding = Self.binding(from: row)
+                bindings[binding.username, default: []].append(binding)
+            }
+        }
         let badge = try db.cachedStatement(
             sql: "UPDATE users SET badge = badge + 1 WHERE app_id = ? AND username = ? RETURNING badge")
         let insert = try db.cachedStatement(
@@ -333,8 +342,7 @@ public final class SQLiteStore: BeaconStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
                 """)
         for username in plan.recipients {
-            let bound = try Row.fetchAll(bindings, arguments: [app, username]).map(Self.binding(from:))
-            guard !bound.isEmpty, let count = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
+            guard let bound = bindings[username], let count = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
             for job in plan.render(username, count, bound) {
                 try insert.execute(arguments: [
                     app, Int64(message.id), job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType, job.priority,

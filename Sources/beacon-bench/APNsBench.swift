@@ -117,7 +117,7 @@ struct APNs: AsyncParsableCommand {
             APNsDevelopmentClientProtocol.APNS_PORT = \(port)
             async def main():
                 context = ssl.create_default_context(cafile="\(caFile)")
-                apns = APNs(key="\(keyFile.path)", key_id="\(key.keyID)", team_id="\(key.teamID)", topic="com.example.bench",
+                apns = APNs(key=open("\(keyFile.path)").read(), key_id="\(key.keyID)", team_id="\(key.teamID)", topic="com.example.bench",
                             use_sandbox=True, ssl_context=context, max_connections=10)
                 payload = {"aps": {"alert": {"body": "You have a new message"}, "badge": 1, "sound": "default"}, "f": "alice", "t": "bob", "m": "1"}
                 n = int(sys.argv[1])

@@ -124,3 +124,20 @@ import Testing
         #expect(try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) == value)
     }
 }
+
+@Suite struct JSONWriterTests {
+    @Test(arguments: [
+        ["a": 1, "b": [true, false, nil], "c": "x"] as JSONValue,
+        ["quote": "say \"hi\"\\ now", "lines": "a\nb\r\tc", "control": "\u{01}\u{1f}", "unicode": "日本語 🎉 é"],
+        ["n": .number(1.5), "big": 1_795_321_311_812, "neg": -3, "nested": ["z": ["y": []], "a": [:]]],
+        "plain", 42, [],
+    ])
+    func matchesJSONEncoderWithSortedKeys(_ value: JSONValue) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let expected = String(decoding: try encoder.encode(value), as: UTF8.self)
+        let written = JSONWriter.string(value)
+        #expect(try JSONDecoder().decode(JSONValue.self, from: Data(written.utf8)) == value)
+        #expect(written == expected)
+    }
+}
