@@ -285,11 +285,33 @@ struct Routes {
         let app = try await api.app(context)
         try await api.caller(request, app: app).requireApp()
         let configs = try requirePush()
-        let upload = try await api.body(PushConfigUpload.self, from: request)
+        let upload: PushConfigUpload
+        if let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("multipart/form-data") {
+            upload = try await multipartUpload(request, contentType: contentType)
+        } else {
+            upload = try await api.body(PushConfigUpload.self, from: request)
+        }
         let record = try configs.validate(upload, app: app.id, now: api.clock())
         try await store.savePushConfig(record)
         try onPushConfiguration?(try configs.trust(for: record))
         return api.respond(request, app: app, action: "post", entities: [PushConfigView(record)])
+    }
+
+    /// The same fields as the JSON form, with `file` as a file part (raw `.p12` or `.p8` bytes).
+    private func multipartUpload(_ request: Request, contentType: String) async throws -> PushConfigUpload {
+        var request = request
+        let buffer = try await request.collectBody(upTo: API.maxBodyBytes)
+        guard let form = MultipartForm(contentType: contentType, body: Array(buffer.readableBytesView)) else {
+            throw BeaconError(.jsonParse, "malformed multipart/form-data body")
+        }
+        guard let name = form.text("name"), let kindText = form.text("kind"), let kind = PushConfigRecord.Kind(rawValue: kindText),
+            let environmentText = form.text("environment"), let environment = APNsEnvironment(rawValue: environmentText),
+            let bundleID = form.text("bundle_id"), let file = form.bytes("file")
+        else { throw BeaconError.illegal("the form needs name, kind (p8|p12), environment, bundle_id and a file part") }
+        return PushConfigUpload(
+            name: name, kind: kind, file: kind == .p12 ? Data(file).base64EncodedString() : String(decoding: file, as: UTF8.self),
+            password: form.text("password"), keyID: form.text("key_id"), teamID: form.text("team_id"), environment: environment,
+            bundleID: bundleID, voip: form.text("voip").map { $0 == "true" || $0 == "1" })
     }
 
     @Sendable func listPushConfigs(_ request: Request, _ context: some RequestContext) async throws -> Response {

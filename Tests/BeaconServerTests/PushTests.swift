@@ -6,6 +6,9 @@ import BeaconServer
 import BeaconStorage
 import Crypto
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import NIOSSL
 import SwiftASN1
 import Testing
@@ -71,6 +74,23 @@ extension Collector where Element == PushAttemptOutcome {
             #expect(good.1["entities"]?[0]?["expires"]?.stringValue != nil)
             #expect(try await upload(valid.base64EncodedString(), password: "wrong").1["error"] == "invalid_p12_password")
             #expect(try await upload(Data("garbage".utf8).base64EncodedString(), password: "x").1["error"] == "invalid_p12_file")
+            // The same upload as a multipart form, as `curl -F file=@push.p12 …` sends it.
+            let boundary = "----beacon-test"
+            var form = Data()
+            for (field, value) in [("name", "ios-form"), ("kind", "p12"), ("password", "s3cret"), ("environment", "production"), ("bundle_id", "com.example.chat")] {
+                form += Data("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(field)\"\r\n\r\n\(value)\r\n".utf8)
+            }
+            form += Data("--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"push.p12\"\r\nContent-Type: application/x-pkcs12\r\n\r\n".utf8)
+            form += valid + Data("\r\n--\(boundary)--\r\n".utf8)
+            var request = URLRequest(url: URL(string: beacon.baseURL.absoluteString + "/acme/chat/push/certificates")!)
+            request.httpMethod = "POST"
+            request.setValue("multipart/form-data; boundary=\(boundary)", forHTTPHeaderField: "Content-Type")
+            request.setValue("Bearer \(beacon.appToken)", forHTTPHeaderField: "Authorization")
+            request.httpBody = form
+            let (_, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+            #expect(try await beacon.rest("GET", "/push/certificates").json["count"]?.intValue == 2)
+
             let expired = try makeP12(password: "s3cret", notValidAfter: Date() - 86400)
             #expect(try await upload(expired.base64EncodedString(), password: "s3cret").1["error"] == "certificate_expired")
         }
@@ -176,6 +196,22 @@ extension Collector where Element == PushAttemptOutcome {
             try await client.logout(unbindDeviceToken: true)
             #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
             #expect(simulator.deliveries().count == 1)
+        }
+    }
+
+    @Test func certificateConfigurationsPushOverTLSClientAuthentication() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob")
+            let p12 = try makeP12(password: "s3cret", notValidAfter: Date() + 86400)
+            let upload = try await beacon.rest(
+                "POST", "/push/certificates",
+                ["name": "ios-cert", "kind": "p12", "file": .string(p12.base64EncodedString()), "password": "s3cret",
+                 "environment": "development", "bundle_id": "com.example.chat"])
+            #expect(upload.status == 200)
+            _ = try await beacon.bind("bob", token: phone, notifier: "ios-cert")
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
+            #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
+            #expect(simulator.deliveries(deviceToken: phone).first?.topic == "com.example.chat")
         }
     }
 
