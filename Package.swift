@@ -27,6 +27,8 @@ let package = Package(
     targets: [
         // Domain rules: ids, messages, validation, errors. No I/O.
         .target(name: "BeaconCore"),
+        // Push rules: who is pushed and when (SPEC §3). Pure: no I/O.
+        .target(name: "BeaconPush", dependencies: ["BeaconCore"]),
         // Wire protocol: WebSocket frames and REST bodies shared by the server and the SDK.
         .target(name: "BeaconProtocol", dependencies: ["BeaconCore"]),
         // Storage behind one protocol; SQLite (GRDB, WAL) is the embedded default.
@@ -61,7 +63,7 @@ let package = Package(
         ]),
         // The server: REST, WebSocket gateway, presence, retention.
         .target(name: "BeaconServer", dependencies: [
-            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs",
+            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs", "BeaconPush",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -97,6 +99,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
+        .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconCore"]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",
