@@ -1,13 +1,15 @@
 import BeaconAPNs
 import BeaconCore
+import BeaconPush
 import BeaconStorage
 import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// Turns a stored message into push jobs for its offline recipients' bound devices (stored in the same
-/// transaction as the message, see `PushPlan`).
+/// Decides, for every recipient of a stored message and each of their bound devices, whether to push (SPEC §3,
+/// `PushDecision`), and renders the jobs — pushed or skipped with a reason — stored in the same transaction as the
+/// message (see `PushPlan`).
 struct PushPlanner: Sendable {
     let store: any BeaconStore
     let presence: any PresenceRegistry
@@ -17,22 +19,60 @@ struct PushPlanner: Sendable {
     static let expirationSeconds: Int64 = 24 * 3600
 
     func plan(for message: Message, recipients: [String], app: AppRecord) async throws -> PushPlan? {
-        guard !message.onlineOnly, message.type != .cmd, message.ext["em_ignore_notification"]?.boolValue != true else { return nil }
-        let offline = recipients.filter { presence.onlineDevices(of: $0, app: app.id).isEmpty }
-        guard !offline.isEmpty else { return nil }
+        // Never pushable whoever receives them: not worth a record per recipient.
+        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return nil }
         let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         guard !configs.isEmpty else { return nil }
-        let expiration = clock() / 1000 + Self.expirationSeconds
-        return PushPlan(recipients: offline) { username, badge, bindings in
-            bindings.compactMap { binding in
-                guard let config = configs[binding.notifier] else { return nil }
-                return NewPushJob(
-                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                    topic: config.bundleID, pushType: APNsPushType.alert.rawValue, priority: 10, expiration: expiration, collapseID: nil,
-                    apnsID: UUID().uuidString.lowercased(),
-                    payload: PushPayload.simpleBanner(for: message, receiver: username, badge: badge))
+        let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
+        let (records, zones) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
+        var appLevel: [String: AppPushSettings] = [:]
+        var conversation: [String: ConversationPushSettings] = [:]
+        for record in records {
+            if record.scope.isEmpty {
+                appLevel[record.username] = AppPushSettings(
+                    remindType: record.remindType.flatMap(RemindType.init), quietHours: record.quietHours.flatMap { try? DailyQuietHours.parse($0) },
+                    silentUntil: record.silentUntil)
+            } else {
+                conversation[record.username] = ConversationPushSettings(
+                    remindType: record.remindType.flatMap(RemindType.init), silentUntil: record.silentUntil)
             }
         }
+        let policy = try await store.pushPolicy(app: app.id)
+        let multiDevice = MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline
+        let appZone = TimeZone(identifier: policy.timezone) ?? .gmt
+        var online: [String: Set<String>] = [:]
+        for recipient in recipients {
+            let devices = presence.onlineDevices(of: recipient, app: app.id)
+            if !devices.isEmpty { online[recipient] = Set(devices) }
+        }
+        let now = clock()
+        let expiration = now / 1000 + Self.expirationSeconds
+        let silent = message.ext["em_ignore_notification"]?.boolValue == true
+        let raisesBadge = silent ? [] : Set(recipients.filter { online[$0] == nil })
+        return PushPlan(recipients: recipients, raisesBadge: raisesBadge) { [online, appLevel, conversation] username, badge, bindings in
+            let onlineDevices = online[username] ?? []
+            let context = PushContext(
+                message: message, recipient: username,
+                devices: bindings.map { BoundDevice(deviceID: $0.deviceID, notifier: $0.notifier, online: onlineDevices.contains($0.deviceID)) },
+                anyDeviceOnline: !onlineDevices.isEmpty, policy: multiDevice, appSettings: appLevel[username] ?? AppPushSettings(),
+                conversationSettings: conversation[username] ?? ConversationPushSettings(),
+                timeZone: zones[username].flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
+            return zip(bindings, PushDecision.decide(context)).map { binding, decision in
+                let config = configs[binding.notifier]
+                let skip = decision.skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
+                return NewPushJob(
+                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
+                    topic: config?.bundleID ?? "", pushType: APNsPushType.alert.rawValue, priority: 10, expiration: expiration, collapseID: nil,
+                    apnsID: UUID().uuidString.lowercased(),
+                    payload: skip == nil ? PushPayload.simpleBanner(for: message, receiver: username, badge: badge) : "", skipReason: skip)
+            } + (bindings.isEmpty ? [Self.skipped(username, .noBinding)] : [])
+        }
+    }
+
+    private static func skipped(_ username: String, _ reason: SkipReason) -> NewPushJob {
+        NewPushJob(
+            username: username, deviceID: "", notifier: "", deviceToken: "", topic: "", pushType: APNsPushType.alert.rawValue, priority: 10,
+            expiration: 0, collapseID: nil, apnsID: "", payload: "", skipReason: reason.rawValue)
     }
 }
 

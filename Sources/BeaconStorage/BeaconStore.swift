@@ -84,6 +84,18 @@ public protocol BeaconStore: Sendable {
     func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool
     func bindings(of username: String, app: Int64) async throws -> [PushBinding]
 
+    // MARK: Push settings
+
+    /// Creates or replaces one scope's settings; a record with nothing set is deleted.
+    func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws
+    /// The user's settings at these scopes (missing scopes are absent).
+    func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord]
+    /// Settings of many users at these scopes, and their time zones: what the push decision reads for a message.
+    func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
+        -> (settings: [PushSettingsRecord], timeZones: [String: String])
+    func pushPolicy(app: Int64) async throws -> PushPolicyRecord
+    func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws
+
     // MARK: Push jobs
 
     /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again).

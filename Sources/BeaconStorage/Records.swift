@@ -211,11 +211,14 @@ public struct NewPushJob: Sendable, Hashable {
     public var collapseID: String?
     public var apnsID: String
     public var payload: String
+    /// Set when the rules decided not to push: the job is recorded as `skipped` with this reason.
+    public var skipReason: String?
 
     public init(
         username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: String, priority: Int,
-        expiration: Int64, collapseID: String?, apnsID: String, payload: String
+        expiration: Int64, collapseID: String?, apnsID: String, payload: String, skipReason: String? = nil
     ) {
+        self.skipReason = skipReason
         self.username = username
         self.deviceID = deviceID
         self.notifier = notifier
@@ -240,6 +243,8 @@ public enum PushJobStatus: String, Sendable, Codable {
     case failed
     /// Retried until it was too old.
     case expired
+    /// Decided against by the receiver's rules (the reason says which); never sent.
+    case skipped
 }
 
 /// A stored push job with its delivery record.
@@ -297,15 +302,56 @@ public struct PushAttemptOutcome: Sendable, Hashable {
     }
 }
 
-/// Offline recipients to push for a message, and how to turn each recipient's badge and bindings into jobs.
-/// The store calls `render` inside the transaction that stores the message, so jobs and message commit together.
+/// The recipients of a message to decide pushes for, and how to turn each recipient's badge and bindings into
+/// jobs (pushed or skipped). The store calls `render` inside the transaction that stores the message, so jobs and
+/// message commit together.
 public struct PushPlan: Sendable {
     public var recipients: [String]
+    /// Recipients whose badge this message raises (those with a binding among them): offline ones, for messages
+    /// that count. Nil: all of them.
+    public var raisesBadge: Set<String>?
+    /// Called for every recipient; `badge` is the new count (0 when it was not raised).
     public var render: @Sendable (_ username: String, _ badge: Int, _ bindings: [PushBinding]) -> [NewPushJob]
 
-    public init(recipients: [String], render: @escaping @Sendable (String, Int, [PushBinding]) -> [NewPushJob]) {
+    public init(
+        recipients: [String], raisesBadge: Set<String>? = nil, render: @escaping @Sendable (String, Int, [PushBinding]) -> [NewPushJob]
+    ) {
         self.recipients = recipients
+        self.raisesBadge = raisesBadge
         self.render = render
+    }
+}
+
+/// A user's push settings at one scope: the app level (`scope` empty) or one conversation (`chat:peer`, `groupchat:id`).
+public struct PushSettingsRecord: Sendable, Hashable {
+    public var username: String
+    public var scope: String
+    /// `DEFAULT`, `ALL`, `AT`, `NONE`; nil = not set.
+    public var remindType: String?
+    /// `H:M-H:M` (app level only).
+    public var quietHours: String?
+    /// One-shot do-not-disturb expiry, ms.
+    public var silentUntil: Int64?
+
+    public init(username: String, scope: String, remindType: String? = nil, quietHours: String? = nil, silentUntil: Int64? = nil) {
+        self.username = username
+        self.scope = scope
+        self.remindType = remindType
+        self.quietHours = quietHours
+        self.silentUntil = silentUntil
+    }
+}
+
+/// App-wide push policy (`/push/policy`).
+public struct PushPolicyRecord: Sendable, Hashable, Codable {
+    /// `all_offline` or `any_offline`.
+    public var multiDevice: String
+    /// Default IANA time zone for users without one.
+    public var timezone: String
+
+    public init(multiDevice: String = "all_offline", timezone: String = "UTC") {
+        self.multiDevice = multiDevice
+        self.timezone = timezone
     }
 }
 

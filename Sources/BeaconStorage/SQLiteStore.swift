@@ -92,6 +92,17 @@ public final class SQLiteStore: BeaconStore {
                     CREATE INDEX push_attempts_by_job ON push_attempts (job_id);
                     """)
         }
+        migrator.registerMigration("v3-push-settings") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE push_settings (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, scope TEXT NOT NULL, remind_type TEXT, quiet_hours TEXT,
+                        silent_until INTEGER, PRIMARY KEY (app_id, username, scope));
+                    ALTER TABLE apps ADD COLUMN multi_device TEXT NOT NULL DEFAULT 'all_offline';
+                    ALTER TABLE apps ADD COLUMN default_timezone TEXT NOT NULL DEFAULT 'UTC';
+                    ALTER TABLE push_jobs ADD COLUMN skip_reason TEXT;
+                    """)
+        }
         return migrator
     }
 
@@ -219,7 +230,7 @@ public final class SQLiteStore: BeaconStore {
 
     public func deleteUser(_ username: String, app: Int64) async throws -> Bool {
         try await pool.write { db in
-            for table in ["inbox", "device_cursors", "group_members", "push_bindings"] {
+            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
             }
             try db.execute(sql: "DELETE FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
@@ -338,15 +349,21 @@ public final class SQLiteStore: BeaconStore {
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
-                    expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+                    expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for username in plan.recipients {
-            guard let bound = bindings[username], let count = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
+            let bound = bindings[username] ?? []
+            var count = 0
+            if plan.raisesBadge?.contains(username) ?? true, !bound.isEmpty {
+                guard let raised = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
+                count = raised
+            }
             for job in plan.render(username, count, bound) {
                 try insert.execute(arguments: [
                     app, Int64(message.id), job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType, job.priority,
-                    job.expiration, job.collapseID, job.apnsID, job.payload, message.timestamp, message.timestamp, message.timestamp,
+                    job.expiration, job.collapseID, job.apnsID, job.payload, job.skipReason == nil ? "pending" : "skipped", job.skipReason,
+                    message.timestamp, message.timestamp, message.timestamp,
                 ])
             }
         }
@@ -518,6 +535,74 @@ public final class SQLiteStore: BeaconStore {
         PushBinding(
             username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
             boundAt: row["bound_at"])
+    }
+
+    // MARK: Push settings
+
+    public func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws {
+        try await pool.write { db in
+            if settings.remindType == nil && settings.quietHours == nil && settings.silentUntil == nil {
+                try db.execute(
+                    sql: "DELETE FROM push_settings WHERE app_id = ? AND username = ? AND scope = ?", arguments: [app, settings.username, settings.scope])
+                return
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO push_settings (app_id, username, scope, remind_type, quiet_hours, silent_until) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, scope) DO UPDATE SET remind_type = excluded.remind_type,
+                        quiet_hours = excluded.quiet_hours, silent_until = excluded.silent_until
+                    """,
+                arguments: [app, settings.username, settings.scope, settings.remindType, settings.quietHours, settings.silentUntil])
+        }
+    }
+
+    public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
+        let found = try await pushSettings(of: [username], scopes: scopes, app: app).settings
+        return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    public func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
+        -> (settings: [PushSettingsRecord], timeZones: [String: String])
+    {
+        guard !usernames.isEmpty, !scopes.isEmpty else { return ([], [:]) }
+        return try await pool.read { db in
+            var settings: [PushSettingsRecord] = []
+            var timeZones: [String: String] = [:]
+            let scopeMarks = Array(repeating: "?", count: scopes.count).joined(separator: ",")
+            for chunk in stride(from: 0, to: usernames.count, by: 400).map({ Array(usernames[$0..<min($0 + 400, usernames.count)]) }) {
+                let marks = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+                for row in try Row.fetchAll(
+                    db, sql: "SELECT * FROM push_settings WHERE app_id = ? AND username IN (\(marks)) AND scope IN (\(scopeMarks))",
+                    arguments: StatementArguments([app] + chunk + scopes))
+                {
+                    settings.append(
+                        PushSettingsRecord(
+                            username: row["username"], scope: row["scope"], remindType: row["remind_type"], quietHours: row["quiet_hours"],
+                            silentUntil: row["silent_until"]))
+                }
+                for row in try Row.fetchAll(
+                    db, sql: "SELECT username, timezone FROM users WHERE app_id = ? AND username IN (\(marks)) AND timezone IS NOT NULL",
+                    arguments: StatementArguments([app] + chunk))
+                {
+                    timeZones[row["username"]] = row["timezone"]
+                }
+            }
+            return (settings, timeZones)
+        }
+    }
+
+    public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db, sql: "SELECT multi_device, default_timezone FROM apps WHERE id = ?", arguments: [app])
+            return PushPolicyRecord(multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC")
+        }
+    }
+
+    public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "UPDATE apps SET multi_device = ?, default_timezone = ? WHERE id = ?", arguments: [policy.multiDevice, policy.timezone, app])
+        }
     }
 
     // MARK: Push jobs
