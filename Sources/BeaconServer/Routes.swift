@@ -56,6 +56,12 @@ struct Routes {
         app.put("users/:username/push/binding", use: bind)
         app.get("users/:username/push/binding", use: listBindings)
         app.get("push/deliveries", use: deliveries)
+        let settings = SettingsRoutes(api: api, ownUser: { try await ownUser($0, $1) })
+        app.put("users/:username/notification/:chattype/:key", use: settings.put)
+        app.get("users/:username/notification/:chattype/:key", use: settings.get)
+        app.post("users/:username/notification/query", use: settings.query)
+        app.put("push/policy", use: settings.putPolicy)
+        app.get("push/policy", use: settings.getPolicy)
     }
 
     // MARK: Tokens
@@ -159,7 +165,7 @@ struct Routes {
     }
 
     /// The app and the `:username` user, which the caller must be (or be the app).
-    private func ownUser(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserRecord) {
+    @Sendable func ownUser(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserRecord) {
         let app = try await api.app(context)
         let username = try context.parameters.require("username")
         try await api.caller(request, app: app).requireSelfOrApp(username)
