@@ -98,10 +98,17 @@ public struct CreateUserRequest: Sendable, Codable {
 public struct UpdateUserRequest: Sendable, Codable {
     public var nickname: String?
     public var timezone: String?
+    /// 0 SimpleBanner ("You have a new message"), 1 MessageSummary ("<sender>: <text>").
+    public var notificationDisplayStyle: Int?
 
-    public init(nickname: String? = nil, timezone: String? = nil) {
+    enum CodingKeys: String, CodingKey {
+        case nickname, timezone, notificationDisplayStyle = "notification_display_style"
+    }
+
+    public init(nickname: String? = nil, timezone: String? = nil, notificationDisplayStyle: Int? = nil) {
         self.nickname = nickname
         self.timezone = timezone
+        self.notificationDisplayStyle = notificationDisplayStyle
     }
 }
 

@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconPush
 import BeaconStorage
 import Synchronization
 
@@ -56,6 +57,13 @@ final class MessageService: Sendable {
     /// stored when any target is wrong.
     func validateTargets(_ targets: [String], for outgoing: OutgoingMessage, app: AppRecord, enforceMembership: Bool) async throws {
         try Validation.validateContent(type: outgoing.type, body: outgoing.body, ext: outgoing.ext)
+        // The sender's own push fields must leave room for a payload APNs accepts (413 otherwise, before anything is stored).
+        if outgoing.ext["em_apns_ext"] != nil || outgoing.ext["em_push_ext"] != nil || outgoing.ext["em_push_template"] != nil {
+            let probe = Message(
+                id: UInt64.max >> 1, from: outgoing.from, to: targets.first ?? "", chatType: outgoing.chatType, type: outgoing.type,
+                body: outgoing.body, ext: outgoing.ext, timestamp: 0)
+            _ = try PayloadBuilder.build(PayloadInput(message: probe, receiver: String(repeating: "x", count: 64), badge: 99_999))
+        }
         switch outgoing.chatType {
         case .chat:
             guard !targets.isEmpty, targets.count <= Validation.maxUserTargets else {

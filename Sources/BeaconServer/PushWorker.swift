@@ -24,7 +24,8 @@ struct PushPlanner: Sendable {
         let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         guard !configs.isEmpty else { return nil }
         let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
-        let (records, zones) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
+        let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
+        let senderNickname = try await store.user(message.from, app: app.id)?.nickname
         var appLevel: [String: AppPushSettings] = [:]
         var conversation: [String: ConversationPushSettings] = [:]
         for record in records {
@@ -50,21 +51,31 @@ struct PushPlanner: Sendable {
         let silent = message.ext["em_ignore_notification"]?.boolValue == true
         let raisesBadge = silent ? [] : Set(recipients.filter { online[$0] == nil })
         return PushPlan(recipients: recipients, raisesBadge: raisesBadge) { [online, appLevel, conversation] username, badge, bindings in
+            let profile = profiles[username] ?? PushProfile()
             let onlineDevices = online[username] ?? []
             let context = PushContext(
                 message: message, recipient: username,
                 devices: bindings.map { BoundDevice(deviceID: $0.deviceID, notifier: $0.notifier, online: onlineDevices.contains($0.deviceID)) },
                 anyDeviceOnline: !onlineDevices.isEmpty, policy: multiDevice, appSettings: appLevel[username] ?? AppPushSettings(),
                 conversationSettings: conversation[username] ?? ConversationPushSettings(),
-                timeZone: zones[username].flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
+                timeZone: profile.timeZone.flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
+            let payload = try? PayloadBuilder.build(
+                PayloadInput(
+                    message: message, receiver: username, badge: badge, senderNickname: senderNickname,
+                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, language: profile.language,
+                    receiverTemplate: profile.template))
             return zip(bindings, PushDecision.decide(context)).map { binding, decision in
                 let config = configs[binding.notifier]
                 let skip = decision.skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
+                    ?? (payload == nil ? BeaconError.Code.requestTooLarge.rawValue : nil)
+                // VoIP pushes go to the `.voip` topic of a configuration that has VoIP enabled.
+                let voip = payload?.voip == true && config?.voip == true
                 return NewPushJob(
                     username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                    topic: config?.bundleID ?? "", pushType: APNsPushType.alert.rawValue, priority: 10, expiration: expiration, collapseID: nil,
-                    apnsID: UUID().uuidString.lowercased(),
-                    payload: skip == nil ? PushPayload.simpleBanner(for: message, receiver: username, badge: badge) : "", skipReason: skip)
+                    topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
+                    pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: expiration,
+                    collapseID: payload?.collapseID, apnsID: UUID().uuidString.lowercased(), payload: skip == nil ? payload?.json ?? "" : "",
+                    skipReason: skip)
             } + (bindings.isEmpty ? [Self.skipped(username, .noBinding)] : [])
         }
     }

@@ -118,9 +118,14 @@ struct Routes {
         let body = try await api.body(UpdateUserRequest.self, from: request)
         if let nickname = body.nickname { try Validation.validateNickname(nickname) }
         if let timezone = body.timezone { try Validation.validateTimeZone(timezone) }
+        if let style = body.notificationDisplayStyle, ![0, 1].contains(style) {
+            throw BeaconError.illegal("notification_display_style must be 0 (SimpleBanner) or 1 (MessageSummary)")
+        }
         guard
             let updated = try await store.updateUser(
-                user.username, app: app.id, changes: UserChanges(nickname: body.nickname, timezone: body.timezone), now: api.clock())
+                user.username, app: app.id,
+                changes: UserChanges(nickname: body.nickname, timezone: body.timezone, displayStyle: body.notificationDisplayStyle),
+                now: api.clock())
         else { throw BeaconError(.userNotFound, "user \(user.username) does not exist") }
         return api.respond(request, app: app, action: "put", entities: [entity(updated)])
     }

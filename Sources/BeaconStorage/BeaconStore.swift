@@ -90,9 +90,9 @@ public protocol BeaconStore: Sendable {
     func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws
     /// The user's settings at these scopes (missing scopes are absent).
     func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord]
-    /// Settings of many users at these scopes, and their time zones: what the push decision reads for a message.
+    /// Settings of many users at these scopes, and their push profiles: what the decision and payload read for a message.
     func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
-        -> (settings: [PushSettingsRecord], timeZones: [String: String])
+        -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
     func pushPolicy(app: Int64) async throws -> PushPolicyRecord
     func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws
 

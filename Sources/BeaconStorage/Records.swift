@@ -66,10 +66,12 @@ public struct UserRecord: Sendable, Hashable {
 public struct UserChanges: Sendable, Hashable {
     public var nickname: String?
     public var timezone: String?
+    public var displayStyle: Int?
 
-    public init(nickname: String? = nil, timezone: String? = nil) {
+    public init(nickname: String? = nil, timezone: String? = nil, displayStyle: Int? = nil) {
         self.nickname = nickname
         self.timezone = timezone
+        self.displayStyle = displayStyle
     }
 }
 
@@ -339,6 +341,28 @@ public struct PushSettingsRecord: Sendable, Hashable {
         self.remindType = remindType
         self.quietHours = quietHours
         self.silentUntil = silentUntil
+    }
+}
+
+/// What the payload and the decision need to know about a receiver.
+public struct PushProfile: Sendable, Hashable {
+    /// IANA time zone, if the user set one.
+    public var timeZone: String?
+    /// `notification_display_style`: 0 SimpleBanner, 1 MessageSummary.
+    public var displayStyle: Int
+    /// Preferred language for translated pushes (nil: none).
+    public var language: String?
+    /// The template the user chose.
+    public var template: String?
+    /// The user's push nickname.
+    public var nickname: String?
+
+    public init(timeZone: String? = nil, displayStyle: Int = 0, language: String? = nil, template: String? = nil, nickname: String? = nil) {
+        self.timeZone = timeZone
+        self.displayStyle = displayStyle
+        self.language = language
+        self.template = template
+        self.nickname = nickname
     }
 }
 

@@ -103,6 +103,14 @@ public final class SQLiteStore: BeaconStore {
                     ALTER TABLE push_jobs ADD COLUMN skip_reason TEXT;
                     """)
         }
+        migrator.registerMigration("v4-push-display") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE users ADD COLUMN display_style INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE users ADD COLUMN push_language TEXT;
+                    ALTER TABLE users ADD COLUMN push_template TEXT;
+                    """)
+        }
         return migrator
     }
 
@@ -212,10 +220,11 @@ public final class SQLiteStore: BeaconStore {
         try await pool.write { db in
             try db.execute(
                 sql: """
-                    UPDATE users SET nickname = COALESCE(?, nickname), timezone = COALESCE(?, timezone), modified_at = ?
+                    UPDATE users SET nickname = COALESCE(?, nickname), timezone = COALESCE(?, timezone),
+                        display_style = COALESCE(?, display_style), modified_at = ?
                     WHERE app_id = ? AND username = ?
                     """,
-                arguments: [changes.nickname, changes.timezone, now, app, username])
+                arguments: [changes.nickname, changes.timezone, changes.displayStyle, now, app, username])
             return try Self.user(username, app: app, db: db)
         }
     }
@@ -562,12 +571,12 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
-        -> (settings: [PushSettingsRecord], timeZones: [String: String])
+        -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
     {
         guard !usernames.isEmpty, !scopes.isEmpty else { return ([], [:]) }
         return try await pool.read { db in
             var settings: [PushSettingsRecord] = []
-            var timeZones: [String: String] = [:]
+            var profiles: [String: PushProfile] = [:]
             let scopeMarks = Array(repeating: "?", count: scopes.count).joined(separator: ",")
             for chunk in stride(from: 0, to: usernames.count, by: 400).map({ Array(usernames[$0..<min($0 + 400, usernames.count)]) }) {
                 let marks = Array(repeating: "?", count: chunk.count).joined(separator: ",")
@@ -581,13 +590,19 @@ public final class SQLiteStore: BeaconStore {
                             silentUntil: row["silent_until"]))
                 }
                 for row in try Row.fetchAll(
-                    db, sql: "SELECT username, timezone FROM users WHERE app_id = ? AND username IN (\(marks)) AND timezone IS NOT NULL",
+                    db,
+                    sql: """
+                        SELECT username, timezone, display_style, push_language, push_template, nickname FROM users
+                        WHERE app_id = ? AND username IN (\(marks))
+                        """,
                     arguments: StatementArguments([app] + chunk))
                 {
-                    timeZones[row["username"]] = row["timezone"]
+                    profiles[row["username"]] = PushProfile(
+                        timeZone: row["timezone"], displayStyle: row["display_style"], language: row["push_language"],
+                        template: row["push_template"], nickname: row["nickname"])
                 }
             }
-            return (settings, timeZones)
+            return (settings, profiles)
         }
     }
 

@@ -146,7 +146,10 @@ extension Collector where Element == PushAttemptOutcome {
             #expect(delivery.priority == 10)
             #expect(delivery.expiration! > Int64(Date().timeIntervalSince1970) + 86000)
             #expect(delivery.payload == .object([
-                "aps": .object(["alert": .object(["body": .string("You have a new message")]), "badge": .number(1), "sound": .string("default")]),
+                "aps": .object([
+                    "alert": .object(["body": .string("You have a new message")]), "badge": .number(1), "sound": .string("default"),
+                    "thread-id": .string("alice"),
+                ]),
                 "f": .string("alice"), "t": .string("bob"), "m": .string(id),
             ]))
             // The badge counts messages since bob was last online.
