@@ -26,6 +26,9 @@ struct PushPlanner: Sendable {
         let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
         let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
         let senderNickname = try await store.user(message.from, app: app.id)?.nickname
+        let templates = Dictionary(
+            try await store.templates(app: app.id).map { ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern)) },
+            uniquingKeysWith: { first, _ in first })
         var appLevel: [String: AppPushSettings] = [:]
         var conversation: [String: ConversationPushSettings] = [:]
         for record in records {
@@ -62,7 +65,7 @@ struct PushPlanner: Sendable {
             let payload = try? PayloadBuilder.build(
                 PayloadInput(
                     message: message, receiver: username, badge: badge, senderNickname: senderNickname,
-                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, language: profile.language,
+                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, language: profile.language, templates: templates,
                     receiverTemplate: profile.template))
             return zip(bindings, PushDecision.decide(context)).map { binding, decision in
                 let config = configs[binding.notifier]

@@ -62,6 +62,16 @@ struct Routes {
         app.post("users/:username/notification/query", use: settings.query)
         app.put("push/policy", use: settings.putPolicy)
         app.get("push/policy", use: settings.getPolicy)
+        let templates = TemplateRoutes(api: api, ownUser: { try await ownUser($0, $1) })
+        app.post("notification/template", use: templates.create)
+        app.get("notification/template/:name", use: templates.get)
+        app.put("notification/template/:name", use: templates.update)
+        app.delete("notification/template/:name", use: templates.delete)
+        app.put("users/:username/notification/template", use: templates.choose)
+        app.get("users/:username/notification/template", use: templates.chosen)
+        app.put("users/:username/notification/language", use: templates.setLanguage)
+        app.get("users/:username/notification/language", use: templates.getLanguage)
+        app.put("push/nickname", use: templates.nicknames)
     }
 
     // MARK: Tokens

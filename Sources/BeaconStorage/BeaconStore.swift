@@ -93,6 +93,12 @@ public protocol BeaconStore: Sendable {
     /// Settings of many users at these scopes, and their push profiles: what the decision and payload read for a message.
     func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
         -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
+    /// Sets the user's preferred push language (nil clears) and chosen template (nil clears); absent = unchanged.
+    func setPushPreferences(of username: String, app: Int64, language: String??, template: String??) async throws
+    /// Creates a template (fails with `duplicate` when the name exists) or, with `replace`, updates one that exists.
+    func saveTemplate(_ template: PushTemplateRecord, app: Int64, replace: Bool) async throws -> Bool
+    func templates(app: Int64) async throws -> [PushTemplateRecord]
+    func deleteTemplate(_ name: String, app: Int64) async throws -> Bool
     func pushPolicy(app: Int64) async throws -> PushPolicyRecord
     func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws
 

@@ -397,3 +397,20 @@ public struct PushAttempt: Sendable, Hashable, Codable {
         self.outcome = outcome
     }
 }
+
+/// An app's push template (`POST /notification/template`).
+public struct PushTemplateRecord: Sendable, Hashable {
+    public var name: String
+    public var titlePattern: String
+    public var contentPattern: String
+    public var createdAt: Int64
+    public var updatedAt: Int64
+
+    public init(name: String, titlePattern: String, contentPattern: String, createdAt: Int64, updatedAt: Int64) {
+        self.name = name
+        self.titlePattern = titlePattern
+        self.contentPattern = contentPattern
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+    }
+}

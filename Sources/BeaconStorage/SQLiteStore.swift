@@ -111,6 +111,14 @@ public final class SQLiteStore: BeaconStore {
                     ALTER TABLE users ADD COLUMN push_template TEXT;
                     """)
         }
+        migrator.registerMigration("v5-push-templates") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE push_templates (
+                        app_id INTEGER NOT NULL, name TEXT NOT NULL, title_pattern TEXT NOT NULL, content_pattern TEXT NOT NULL,
+                        created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY (app_id, name));
+                    """)
+        }
         return migrator
     }
 
@@ -603,6 +611,51 @@ public final class SQLiteStore: BeaconStore {
                 }
             }
             return (settings, profiles)
+        }
+    }
+
+    public func setPushPreferences(of username: String, app: Int64, language: String??, template: String??) async throws {
+        try await pool.write { db in
+            if let language {
+                try db.execute(sql: "UPDATE users SET push_language = ? WHERE app_id = ? AND username = ?", arguments: [language, app, username])
+            }
+            if let template {
+                try db.execute(sql: "UPDATE users SET push_template = ? WHERE app_id = ? AND username = ?", arguments: [template, app, username])
+            }
+        }
+    }
+
+    public func saveTemplate(_ template: PushTemplateRecord, app: Int64, replace: Bool) async throws -> Bool {
+        try await pool.write { db in
+            if replace {
+                try db.execute(
+                    sql: "UPDATE push_templates SET title_pattern = ?, content_pattern = ?, updated_at = ? WHERE app_id = ? AND name = ?",
+                    arguments: [template.titlePattern, template.contentPattern, template.updatedAt, app, template.name])
+                return db.changesCount > 0
+            }
+            try Self.mapConstraint("template \(template.name) already exists") {
+                try db.execute(
+                    sql: "INSERT INTO push_templates (app_id, name, title_pattern, content_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    arguments: [app, template.name, template.titlePattern, template.contentPattern, template.createdAt, template.updatedAt])
+            }
+            return true
+        }
+    }
+
+    public func templates(app: Int64) async throws -> [PushTemplateRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM push_templates WHERE app_id = ? ORDER BY name", arguments: [app]).map { row in
+                PushTemplateRecord(
+                    name: row["name"], titlePattern: row["title_pattern"], contentPattern: row["content_pattern"], createdAt: row["created_at"],
+                    updatedAt: row["updated_at"])
+            }
+        }
+    }
+
+    public func deleteTemplate(_ name: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_templates WHERE app_id = ? AND name = ?", arguments: [app, name])
+            return db.changesCount > 0
         }
     }
 
