@@ -168,11 +168,11 @@ public actor BeaconClient {
     // MARK: REST
 
     /// POSTs `body` to `/{org}/{app}/{path}` with the user token (if any) and decodes the answer.
-    func post<Body: Encodable, Answer: Decodable>(_ path: String, body: Body) async throws -> Answer {
+    func post<Body: Encodable & Sendable, Answer: Decodable>(_ path: String, body: Body) async throws -> Answer {
         try await request("POST", path, body: body)
     }
 
-    func request<Body: Encodable, Answer: Decodable>(_ method: String, _ path: String, body: Body?) async throws -> Answer {
+    func request<Body: Encodable & Sendable, Answer: Decodable>(_ method: String, _ path: String, body: Body?) async throws -> Answer {
         var request = URLRequest(url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent(path))
         request.httpMethod = method
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")

@@ -113,3 +113,13 @@ public struct OfflineLimits: Sendable, Hashable, Codable {
         chatType == .chat ? perChat : perGroup
     }
 }
+
+/// Push modes ("remind types").
+public enum RemindType: String, Sendable, Codable, Hashable, CaseIterable {
+    /// Conversations only: inherit the app-level mode.
+    case `default` = "DEFAULT"
+    case all = "ALL"
+    /// Only messages that mention the user (`em_at_list`).
+    case mentionsOnly = "AT"
+    case none = "NONE"
+}

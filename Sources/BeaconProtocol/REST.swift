@@ -66,10 +66,16 @@ public struct UserEntity: Sendable, Codable, Hashable {
     public var activated: Bool
     public var nickname: String?
     public var timezone: String?
+    public var notificationDisplayStyle: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case uuid, type, created, modified, username, activated, nickname, timezone, notificationDisplayStyle = "notification_display_style"
+    }
 
     public init(
-        uuid: String, created: Int64, modified: Int64, username: String, nickname: String?, timezone: String?
+        uuid: String, created: Int64, modified: Int64, username: String, nickname: String?, timezone: String?, notificationDisplayStyle: Int? = nil
     ) {
+        self.notificationDisplayStyle = notificationDisplayStyle
         self.uuid = uuid
         self.type = "user"
         self.created = created

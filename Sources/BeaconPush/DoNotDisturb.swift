@@ -54,16 +54,6 @@ extension Character {
     fileprivate var isASCIIDigit: Bool { ("0"..."9").contains(self) }
 }
 
-/// Push modes ("remind types").
-public enum RemindType: String, Sendable, Codable, Hashable, CaseIterable {
-    /// Conversations only: inherit the app-level mode.
-    case `default` = "DEFAULT"
-    case all = "ALL"
-    /// Only messages that mention the user (`em_at_list`).
-    case mentionsOnly = "AT"
-    case none = "NONE"
-}
-
 /// A user's app-level push settings.
 public struct AppPushSettings: Sendable, Hashable {
     public var remindType: RemindType?

@@ -193,7 +193,7 @@ struct Routes {
     private func entity(_ user: UserRecord) -> UserEntity {
         UserEntity(
             uuid: user.uuid, created: user.createdAt, modified: user.modifiedAt, username: user.username, nickname: user.nickname,
-            timezone: user.timezone)
+            timezone: user.timezone, notificationDisplayStyle: user.displayStyle)
     }
 
     // MARK: Groups

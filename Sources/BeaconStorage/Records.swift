@@ -45,11 +45,14 @@ public struct UserRecord: Sendable, Hashable {
     public var modifiedAt: Int64
     /// Tokens issued before this instant (ms) are refused: set when the user is kicked.
     public var tokensValidAfter: Int64
+    /// `notification_display_style`: 0 SimpleBanner, 1 MessageSummary.
+    public var displayStyle: Int
 
     public init(
         appID: Int64, username: String, uuid: String, passwordHash: String, nickname: String?, timezone: String?,
-        createdAt: Int64, modifiedAt: Int64, tokensValidAfter: Int64
+        createdAt: Int64, modifiedAt: Int64, tokensValidAfter: Int64, displayStyle: Int = 0
     ) {
+        self.displayStyle = displayStyle
         self.appID = appID
         self.username = username
         self.uuid = uuid

@@ -204,7 +204,7 @@ public final class SQLiteStore: BeaconStore {
             UserRecord(
                 appID: row["app_id"], username: row["username"], uuid: row["uuid"], passwordHash: row["password_hash"],
                 nickname: row["nickname"], timezone: row["timezone"], createdAt: row["created_at"],
-                modifiedAt: row["modified_at"], tokensValidAfter: row["tokens_valid_after"])
+                modifiedAt: row["modified_at"], tokensValidAfter: row["tokens_valid_after"], displayStyle: row["display_style"])
         }
     }
 
