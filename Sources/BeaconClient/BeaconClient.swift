@@ -143,7 +143,18 @@ public actor BeaconClient {
         token = nil
         let task = connection
         connection = nil
-        try? await outbound?.close(.normalClosure, reason: "logout")
+        if let outbound {
+            // Tell the server first and wait for its answer (bounded), so that it treats this device as offline
+            // by the time `logout` returns.
+            stopReconnecting = true
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await task?.value }
+                group.addTask { try? await Task.sleep(for: .seconds(5)) }
+                try? await outbound.writeTextMessage(Self.encode(.logout))
+                await group.next()
+                group.cancelAll()
+            }
+        }
         task?.cancel()
         await task?.value
         failPending(with: BeaconClientError.notLoggedIn)
@@ -281,6 +292,8 @@ public actor BeaconClient {
                 stopReconnecting = true
             } else if reason == "replaced" {
                 eventSink.yield(.replaced)
+                stopReconnecting = true
+            } else if reason == "logout" {
                 stopReconnecting = true
             }
         }

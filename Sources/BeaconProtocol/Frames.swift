@@ -11,6 +11,9 @@ public enum ClientFrame: Sendable, Hashable {
     case sync
     /// Keep-alive; answered with `pong`.
     case ping
+    /// The device is going away: it is offline from this frame on (pushes resume at once); answered with
+    /// `closing(reason: "logout")` before the server closes the connection.
+    case logout
 
     public struct SendRequest: Sendable, Hashable, Codable {
         public var id: String
@@ -68,6 +71,7 @@ extension ClientFrame: Codable {
         case "ack": self = .ack(seq: try container.decode(Int64.self, forKey: .seq))
         case "sync": self = .sync
         case "ping": self = .ping
+        case "logout": self = .logout
         default:
             throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op '\(op)'")
         }
@@ -84,6 +88,7 @@ extension ClientFrame: Codable {
             try container.encode(seq, forKey: .seq)
         case .sync: try container.encode("sync", forKey: .op)
         case .ping: try container.encode("ping", forKey: .op)
+        case .logout: try container.encode("logout", forKey: .op)
         }
     }
 }

@@ -62,6 +62,11 @@ struct DeviceSession {
                 outbox.reply(.pong)
             case .sync:
                 outbox.requestSync()
+            case .logout:
+                // Offline from here on, before the device hears back: a message sent after its logout returns is pushed.
+                registry.unregister(outbox)
+                try await cursors.flush(username: username, app: app.id)
+                outbox.close(reason: "logout")
             case .ack(let seq):
                 guard seq > acked else { continue }
                 acked = seq

@@ -89,7 +89,7 @@ import Testing
     @Test func clientFramesRoundTrip() throws {
         let frames: [ClientFrame] = [
             .send(.init(id: "c1", to: "bob", chatType: .chat, type: .txt, body: ["msg": "hi"], ext: ["k": true], routetype: "ROUTE_ONLINE")),
-            .ack(seq: 42), .sync, .ping,
+            .ack(seq: 42), .sync, .ping, .logout,
         ]
         for frame in frames {
             let data = try JSONEncoder().encode(frame)
