@@ -91,7 +91,7 @@ let package = Package(
         ]),
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
-            "BeaconServer", "BeaconStorage", "BeaconClient", "BeaconAPNs", "APNsSimulator",
+            "BeaconServer", "BeaconStorage", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -42,6 +42,13 @@ public enum JSONWriter {
 
     /// A JSON string literal: quotes, backslashes and control characters escaped; everything else as UTF-8.
     public static func writeString(_ text: String, to output: inout String) {
+        // Most strings need no escaping: copy them whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output += "\""
+            output += text
+            output += "\""
+            return
+        }
         output += "\""
         var plainStart = text.unicodeScalars.startIndex
         var index = plainStart

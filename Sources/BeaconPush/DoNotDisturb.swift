@@ -40,11 +40,10 @@ public struct DailyQuietHours: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `instant` falls in the window, in `timeZone` (daylight-saving changes included).
     public func contains(_ instant: Date, in timeZone: TimeZone) -> Bool {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        let parts = calendar.dateComponents([.hour, .minute], from: instant)
-        let now = (parts.hour ?? 0) * 60 + (parts.minute ?? 0)
         if start == end { return true }
+        // Local minute of the day: the zone's offset at that instant (daylight saving included), no calendar needed.
+        let local = Int((instant.timeIntervalSince1970).rounded(.down)) + timeZone.secondsFromGMT(for: instant)
+        let now = ((local % 86_400) + 86_400) % 86_400 / 60
         if start < end { return now >= start && now < end }
         return now >= start || now < end
     }

@@ -201,9 +201,10 @@ public enum PayloadBuilder {
 
     /// Replaces `{0}…{n}` (missing → empty) and the built-ins; arguments may themselves be built-ins.
     static func fillPattern(_ pattern: String, args: [String], fromNickname: String, msg: String, dynamicFrom: String) -> String {
-        let builtIns = ["{$fromNickname}": fromNickname, "{$msg}": msg, "{$dynamicFrom}": dynamicFrom]
         func expand(_ text: String) -> String {
-            builtIns.reduce(text) { $0.replacingOccurrences(of: $1.key, with: $1.value) }
+            guard text.contains("{$") else { return text }
+            return text.replacingOccurrences(of: "{$fromNickname}", with: fromNickname).replacingOccurrences(of: "{$msg}", with: msg)
+                .replacingOccurrences(of: "{$dynamicFrom}", with: dynamicFrom)
         }
         var output = ""
         var rest = Substring(pattern)
