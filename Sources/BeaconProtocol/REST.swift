@@ -144,9 +144,11 @@ public struct SendMessageRequest: Sendable, Codable {
     public var ext: [String: JSONValue]?
     public var syncDevice: Bool?
     public var routetype: String?
+    /// Tencent IM's offline push options, mapped onto the same rules as Easemob's `ext` keys.
+    public var offlinePushInfo: OfflinePushInfo?
 
     enum CodingKeys: String, CodingKey {
-        case from, to, type, body, ext, syncDevice = "sync_device", routetype
+        case from, to, type, body, ext, syncDevice = "sync_device", routetype, offlinePushInfo = "offline_push_info"
     }
 
     public init(
@@ -170,9 +172,10 @@ public struct LegacySendMessageRequest: Sendable, Codable {
     public var msg: [String: JSONValue]
     public var from: String?
     public var ext: [String: JSONValue]?
+    public var offlinePushInfo: OfflinePushInfo?
 
     enum CodingKeys: String, CodingKey {
-        case targetType = "target_type", target, msg, from, ext
+        case targetType = "target_type", target, msg, from, ext, offlinePushInfo = "offline_push_info"
     }
 
     public init(targetType: String, target: [String], msg: [String: JSONValue], from: String? = nil, ext: [String: JSONValue]? = nil) {
@@ -253,5 +256,54 @@ public struct PushBindingRequest: Sendable, Codable {
         self.deviceID = deviceID
         self.deviceToken = deviceToken
         self.notifierName = notifierName
+    }
+}
+
+/// Tencent IM's `OfflinePushInfo` (snake_case), accepted on REST sends.
+public struct OfflinePushInfo: Sendable, Codable, Hashable {
+    /// 1: do not push this message.
+    public var pushFlag: Int?
+    public var title: String?
+    public var desc: String?
+    /// Delivered as the payload's `ext`.
+    public var ext: String?
+    public var apnsInfo: ApnsInfo?
+
+    public struct ApnsInfo: Sendable, Codable, Hashable {
+        public var sound: String?
+        /// 1: this message does not raise the badge.
+        public var badgeMode: Int?
+        public var title: String?
+        public var subTitle: String?
+        public var image: String?
+        public var mutableContent: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case sound, badgeMode = "badge_mode", title, subTitle = "sub_title", image, mutableContent = "mutable_content"
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case pushFlag = "push_flag", title, desc, ext, apnsInfo = "apns_info"
+    }
+
+    /// The same request in Easemob's `ext` keys (SPEC §3–§4); keys the sender set in `ext` win.
+    public func merged(into ext: [String: JSONValue]) -> [String: JSONValue] {
+        var result = ext
+        var apns = ext["em_apns_ext"]?.objectValue ?? [:]
+        func set(_ key: String, _ value: JSONValue?) {
+            if let value, apns[key] == nil { apns[key] = value }
+        }
+        if pushFlag == 1, result["em_ignore_notification"] == nil { result["em_ignore_notification"] = true }
+        set("em_push_title", (apnsInfo?.title ?? title).map(JSONValue.string))
+        set("em_push_content", desc.map(JSONValue.string))
+        set("em_alert_subTitle", apnsInfo?.subTitle.map(JSONValue.string))
+        set("em_push_sound", apnsInfo?.sound.map(JSONValue.string))
+        if apnsInfo?.mutableContent == 1 { set("em_push_mutable_content", true) }
+        set("em_push_image", apnsInfo?.image.map(JSONValue.string))
+        set("tencent_ext", ext["em_apns_ext"]?["tencent_ext"] == nil ? self.ext.map(JSONValue.string) : nil)
+        if apnsInfo?.badgeMode == 1 { set("em_push_badge_unchanged", true) }
+        if !apns.isEmpty { result["em_apns_ext"] = .object(apns) }
+        return result
     }
 }

@@ -152,6 +152,7 @@ public enum PayloadBuilder {
         ]
         if message.chatType == .groupchat { payload["g"] = .string(message.to) }
         if let extern = apnsExt["extern"] ?? pushExt["custom"] { payload["e"] = extern }
+        if let tencentExt = apnsExt["tencent_ext"] { payload["ext"] = tencentExt }
 
         let voip = pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit

@@ -51,8 +51,10 @@ struct PushPlanner: Sendable {
         }
         let now = clock()
         let expiration = now / 1000 + Self.expirationSeconds
-        let silent = message.ext["em_ignore_notification"]?.boolValue == true
-        let raisesBadge = silent ? [] : Set(recipients.filter { online[$0] == nil })
+        // Silent messages, and Tencent's BadgeMode 1, leave the badge as it is.
+        let badgeUnchanged = message.ext["em_ignore_notification"]?.boolValue == true
+            || message.ext["em_apns_ext"]?["em_push_badge_unchanged"]?.boolValue == true
+        let raisesBadge = badgeUnchanged ? [] : Set(recipients.filter { online[$0] == nil })
         return PushPlan(recipients: recipients, raisesBadge: raisesBadge) { [online, appLevel, conversation] username, badge, bindings in
             let profile = profiles[username] ?? PushProfile()
             let onlineDevices = online[username] ?? []

@@ -459,7 +459,8 @@ struct Routes {
         let body = try await api.body(SendMessageRequest.self, from: request)
         return try await send(
             request, app: app, caller: caller, from: body.from, to: body.to, chatType: chatType, type: body.type, body: body.body,
-            ext: body.ext, syncDevice: body.syncDevice ?? false, routetype: body.routetype)
+            ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: body.syncDevice ?? false,
+            routetype: body.routetype)
     }
 
     @Sendable func sendLegacy(_ request: Request, _ context: some RequestContext) async throws -> Response {
@@ -479,7 +480,8 @@ struct Routes {
         fields["type"] = nil
         return try await send(
             request, app: app, caller: caller, from: body.from, to: body.target, chatType: chatType, type: type,
-            body: .object(fields), ext: body.ext, syncDevice: false, routetype: nil)
+            body: .object(fields), ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: false,
+            routetype: nil)
     }
 
     private func send(

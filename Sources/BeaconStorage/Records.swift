@@ -315,7 +315,7 @@ public struct PushPlan: Sendable {
     /// Recipients whose badge this message raises (those with a binding among them): offline ones, for messages
     /// that count. Nil: all of them.
     public var raisesBadge: Set<String>?
-    /// Called for every recipient; `badge` is the new count (0 when it was not raised).
+    /// Called for every recipient; `badge` is the recipient's count after this message (raised or not).
     public var render: @Sendable (_ username: String, _ badge: Int, _ bindings: [PushBinding]) -> [NewPushJob]
 
     public init(

@@ -363,6 +363,7 @@ public final class SQLiteStore: BeaconStore {
         }
         let badge = try db.cachedStatement(
             sql: "UPDATE users SET badge = badge + 1 WHERE app_id = ? AND username = ? RETURNING badge")
+        let currentBadge = try db.cachedStatement(sql: "SELECT badge FROM users WHERE app_id = ? AND username = ?")
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
@@ -372,9 +373,10 @@ public final class SQLiteStore: BeaconStore {
         for username in plan.recipients {
             let bound = bindings[username] ?? []
             var count = 0
-            if plan.raisesBadge?.contains(username) ?? true, !bound.isEmpty {
-                guard let raised = try Int.fetchOne(badge, arguments: [app, username]) else { continue }
-                count = raised
+            if !bound.isEmpty {
+                let raise = plan.raisesBadge?.contains(username) ?? true
+                guard let value = try Int.fetchOne(raise ? badge : currentBadge, arguments: [app, username]) else { continue }
+                count = value
             }
             for job in plan.render(username, count, bound) {
                 try insert.execute(arguments: [

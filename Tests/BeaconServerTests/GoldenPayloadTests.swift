@@ -79,3 +79,34 @@ import Testing
         }
     }
 }
+
+@Suite struct TencentSenderTests {
+    @Test func offlinePushInfoMapsOntoTheSameRules() async throws {
+        let token = String(repeating: "7c", count: 32)
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: token)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "1"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users",
+                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "2"],
+                 "offline_push_info": ["push_flag": 0, "title": "Title", "desc": "Desc", "ext": "{\"order\":7}",
+                                       "apns_info": ["sound": "bell.caf", "badge_mode": 1, "sub_title": "Sub", "mutable_content": 1]]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "3"], "offline_push_info": ["push_flag": 1]])
+            _ = try await beacon.pushOutcomes.attempts(2)
+            let payloads = simulator.deliveries(deviceToken: token).map(\.payload)
+            #expect(payloads.count == 2)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            let second = String(decoding: try encoder.encode(payloads[1]), as: UTF8.self)
+            #expect(second.contains(#""alert":{"body":"Desc","subtitle":"Sub","title":"Title"}"#))
+            #expect(second.contains(#""badge":1"#))  // BadgeMode 1: not raised
+            #expect(second.contains(#""mutable-content":1"#))
+            #expect(second.contains(#""sound":"bell.caf""#))
+            #expect(second.contains(#""ext":"{\"order\":7}""#))
+            #expect(try await beacon.deliveries(of: "bob").first?["reason"] == "silent")
+        }
+    }
+}
