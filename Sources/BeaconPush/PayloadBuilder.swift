@@ -21,6 +21,20 @@ public struct DisplayStrings: Sendable, Hashable {
 
     public init() {}
 
+    /// The defaults with the app's overrides (keys `new_message`, `image`, `voice`, `video`, `file`, `location`, `custom`).
+    public init(overrides: [String: String]) {
+        self.init()
+        newMessage = overrides["new_message"] ?? newMessage
+        image = overrides["image"] ?? image
+        voice = overrides["voice"] ?? voice
+        video = overrides["video"] ?? video
+        file = overrides["file"] ?? file
+        location = overrides["location"] ?? location
+        custom = overrides["custom"] ?? custom
+    }
+
+    public static let keys: Set<String> = ["new_message", "image", "voice", "video", "file", "location", "custom"]
+
     func summary(of message: Message, language: String?) -> String {
         switch message.type {
         case .txt:

@@ -44,6 +44,7 @@ struct PushPlanner: Sendable {
         let policy = try await store.pushPolicy(app: app.id)
         let multiDevice = MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline
         let appZone = TimeZone(identifier: policy.timezone) ?? .gmt
+        let strings = DisplayStrings(overrides: policy.displayStrings)
         var online: [String: Set<String>] = [:]
         for recipient in recipients {
             let devices = presence.onlineDevices(of: recipient, app: app.id)
@@ -67,7 +68,8 @@ struct PushPlanner: Sendable {
             let payload = try? PayloadBuilder.build(
                 PayloadInput(
                     message: message, receiver: username, badge: badge, senderNickname: senderNickname,
-                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, language: profile.language, templates: templates,
+                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, strings: strings, language: profile.language,
+                    templates: templates,
                     receiverTemplate: profile.template))
             return zip(bindings, PushDecision.decide(context)).map { binding, decision in
                 let config = configs[binding.notifier]

@@ -38,13 +38,21 @@ struct SettingsRoutes {
     struct PolicyRequest: Decodable {
         var multiDevice: String?
         var timezone: String?
-        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone }
+        var displayStrings: [String: String]?
+        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone, displayStrings = "display_strings" }
     }
 
     struct PolicyView: Codable, Sendable {
         var multiDevice: String
         var timezone: String
-        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone }
+        var displayStrings: [String: String]
+        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone, displayStrings = "display_strings" }
+
+        init(_ policy: PushPolicyRecord) {
+            multiDevice = policy.multiDevice
+            timezone = policy.timezone
+            displayStrings = policy.displayStrings
+        }
     }
 
     static let maxQueried = 20
@@ -142,15 +150,22 @@ struct SettingsRoutes {
             try Validation.validateTimeZone(timezone)
             policy.timezone = timezone
         }
+        if let strings = body.displayStrings {
+            if let unknown = strings.keys.sorted().first(where: { !DisplayStrings.keys.contains($0) }) {
+                throw BeaconError.illegal("unknown display string '\(unknown)'; known: \(DisplayStrings.keys.sorted().joined(separator: ", "))")
+            }
+            guard strings.values.allSatisfy({ $0.count <= 200 }) else { throw BeaconError.illegal("display strings are at most 200 characters") }
+            policy.displayStrings.merge(strings) { _, new in new }
+        }
         try await store.savePushPolicy(policy, app: app.id)
-        return api.respond(request, app: app, action: "put", data: PolicyView(multiDevice: policy.multiDevice, timezone: policy.timezone))
+        return api.respond(request, app: app, action: "put", data: PolicyView(policy))
     }
 
     @Sendable func getPolicy(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
         _ = try await api.caller(request, app: app)
         let policy = try await store.pushPolicy(app: app.id)
-        return api.respond(request, app: app, action: "get", data: PolicyView(multiDevice: policy.multiDevice, timezone: policy.timezone))
+        return api.respond(request, app: app, action: "get", data: PolicyView(policy))
     }
 }
 

@@ -375,10 +375,13 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
     public var multiDevice: String
     /// Default IANA time zone for users without one.
     public var timezone: String
+    /// Overrides of the default display strings (`new_message`, `image`, `voice`, `video`, `file`, `location`, `custom`).
+    public var displayStrings: [String: String]
 
-    public init(multiDevice: String = "all_offline", timezone: String = "UTC") {
+    public init(multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:]) {
         self.multiDevice = multiDevice
         self.timezone = timezone
+        self.displayStrings = displayStrings
     }
 }
 

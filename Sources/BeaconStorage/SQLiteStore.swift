@@ -119,6 +119,9 @@ public final class SQLiteStore: BeaconStore {
                         created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY (app_id, name));
                     """)
         }
+        migrator.registerMigration("v6-display-strings") { db in
+            try db.execute(sql: "ALTER TABLE apps ADD COLUMN display_strings TEXT NOT NULL DEFAULT '{}'")
+        }
         return migrator
     }
 
@@ -663,15 +666,20 @@ public final class SQLiteStore: BeaconStore {
 
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
         try await pool.read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT multi_device, default_timezone FROM apps WHERE id = ?", arguments: [app])
-            return PushPolicyRecord(multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC")
+            let row = try Row.fetchOne(db, sql: "SELECT multi_device, default_timezone, display_strings FROM apps WHERE id = ?", arguments: [app])
+            let strings = (row?["display_strings"] as String?).flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
+            return PushPolicyRecord(
+                multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC", displayStrings: strings ?? [:])
         }
     }
 
     public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
         try await pool.write { db in
             try db.execute(
-                sql: "UPDATE apps SET multi_device = ?, default_timezone = ? WHERE id = ?", arguments: [policy.multiDevice, policy.timezone, app])
+                sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ? WHERE id = ?",
+                arguments: [
+                    policy.multiDevice, policy.timezone, String(decoding: try JSONEncoder().encode(policy.displayStrings), as: UTF8.self), app,
+                ])
         }
     }
 

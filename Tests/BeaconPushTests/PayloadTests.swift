@@ -88,6 +88,13 @@ import Testing
         #expect(try body(directed).contains(#""body":"M you""#))
     }
 
+    @Test func theAppsDisplayStringsReplaceTheDefaults() throws {
+        let strings = DisplayStrings(overrides: ["new_message": "新消息", "image": "[图片]"])
+        #expect(try Self.json(PayloadInput(message: Self.message(), receiver: "6006", badge: 1, strings: strings)).contains(#""body":"新消息""#))
+        let image = Self.message(type: .img, body: ["url": "u"])
+        #expect(try Self.json(PayloadInput(message: image, receiver: "6006", badge: 1, style: .messageSummary, strings: strings)).contains("6001: [图片]"))
+    }
+
     @Test func translationsFollowThePreferredLanguage() throws {
         let message = Self.message(body: ["msg": "hello", "translations": ["ja": "こんにちは"]])
         #expect(try Self.json(PayloadInput(message: message, receiver: "6006", badge: 1, style: .messageSummary, language: "ja")).contains("6001: こんにちは"))
