@@ -2,28 +2,33 @@ import BeaconCore
 import BeaconProtocol
 import Foundation
 
+/// A daily do-not-disturb window in the user's time zone (hours 0–23, minutes 0–59).
+public struct SilentInterval: Sendable, Hashable {
+    public var startHour: Int
+    public var startMinute: Int
+    public var endHour: Int
+    public var endMinute: Int
+
+    public init(startHour: Int, startMinute: Int, endHour: Int, endMinute: Int) {
+        self.startHour = startHour
+        self.startMinute = startMinute
+        self.endHour = endHour
+        self.endMinute = endMinute
+    }
+}
+
 /// Do-not-disturb and push-mode settings to apply (the seeds' `SilentModeParam`).
 public struct SilentModeParam: Sendable, Hashable {
     public var remindType: RemindType?
     /// One-shot do-not-disturb in minutes, [0, 10080]; 0 clears it.
     public var durationMinutes: Int?
     /// Daily quiet hours (app level only); all zero clears them.
-    public var interval: (startHour: Int, startMinute: Int, endHour: Int, endMinute: Int)?
+    public var interval: SilentInterval?
 
-    public init(remindType: RemindType? = nil, durationMinutes: Int? = nil, interval: (startHour: Int, startMinute: Int, endHour: Int, endMinute: Int)? = nil) {
+    public init(remindType: RemindType? = nil, durationMinutes: Int? = nil, interval: SilentInterval? = nil) {
         self.remindType = remindType
         self.durationMinutes = durationMinutes
         self.interval = interval
-    }
-
-    public static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.remindType == rhs.remindType && lhs.durationMinutes == rhs.durationMinutes
-            && lhs.interval.map { [$0.startHour, $0.startMinute, $0.endHour, $0.endMinute] } == rhs.interval.map { [$0.startHour, $0.startMinute, $0.endHour, $0.endMinute] }
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(remindType)
-        hasher.combine(durationMinutes)
     }
 }
 

@@ -13,7 +13,7 @@ import Testing
             try await client.login(username: "bob", password: "pw")
 
             let all = try await client.setSilentModeForAll(
-                SilentModeParam(remindType: .mentionsOnly, durationMinutes: 60, interval: (startHour: 22, startMinute: 0, endHour: 7, endMinute: 30)))
+                SilentModeParam(remindType: .mentionsOnly, durationMinutes: 60, interval: SilentInterval(startHour: 22, startMinute: 0, endHour: 7, endMinute: 30)))
             #expect(all.remindType == .mentionsOnly)
             #expect(all.expireTimestamp == clock.now + 3_600_000)
             #expect(all.start == 22 * 60)
