@@ -95,10 +95,9 @@ public final class APNsSimulator: Service, Sendable {
                     return ready.waiters
                 }
                 for waiter in waiters { waiter.resume(returning: endpoints) }
-                try? await gracefulShutdown()
             }
-            try await group.next()
-            group.cancelAll()
+            // The control API stops by itself on graceful shutdown (or cancellation).
+            try await group.waitForAll()
         }
         try? await channel.close()
     }
