@@ -143,6 +143,8 @@ public final class APNsClient: Sendable {
                     return Task { connection }
                 }
                 if let connecting = state.connecting { return connecting }
+                // A connection that died without ever answering counts as a failure: the next one waits longer.
+                if let old = state.connection { state.failures = old.state.hasAnswered ? 0 : state.failures + 1 }
                 let (first, maximum) = backoff()
                 let wait: Duration
                 if state.failures > 0, let last = state.lastAttempt {
@@ -168,7 +170,6 @@ public final class APNsClient: Sendable {
                     if state.connecting != nil {
                         state.connection = connection
                         state.connecting = nil
-                        state.failures = 0
                         state.lastAttempt = .now
                     }
                 }

@@ -100,6 +100,7 @@ final class APNsConnection: Sendable {
         let answer: StreamResponse
         do {
             answer = try await response.futureResult.get()
+            state.markAnswered()
         } catch let failure as APNsFailure {
             if case .connectionLost(let why) = failure { throw APNsFailure.connectionLost(await lossReason(default: why)) }
             throw failure
@@ -162,6 +163,7 @@ final class ConnectionState: Sendable {
         var goAwayReason: String?
         var token: (value: String, issuedAt: Date)?
         var lastActivity = ContinuousClock.now
+        var hasAnswered = false
     }
 
     private let state = Mutex(State())
@@ -171,6 +173,12 @@ final class ConnectionState: Sendable {
     var maxStreams: Int { state.withLock { $0.maxStreams } }
     var goAwayReason: String? { state.withLock { $0.goAwayReason } }
     var closedReason: String? { state.withLock { $0.closedReason } }
+    /// Whether APNs answered anything on this connection (a connection that never did counts as a failed one).
+    var hasAnswered: Bool { state.withLock { $0.hasAnswered } }
+
+    func markAnswered() {
+        state.withLock { $0.hasAnswered = true }
+    }
     var idleSince: ContinuousClock.Instant { state.withLock { $0.inFlight == 0 ? $0.lastActivity : .now } }
 
     func acquireStream() async throws {

@@ -2,7 +2,10 @@ import APNsSimulator
 import BeaconAPNs
 import Crypto
 import Foundation
+import NIOCore
+import NIOPosix
 import NIOSSL
+import Synchronization
 import Testing
 
 @Suite struct TokenAuthTests {
@@ -257,4 +260,42 @@ import Testing
         #expect(chain.count == 1)
         #expect(throws: (any Error).self) { try APNsCredentials.certificate(p12: p12, password: "wrong") }
     }
+}
+
+@Suite struct ReconnectTests {
+    /// A broken endpoint (it accepts TCP and hangs up at once) must not see a rapid open/close loop.
+    @Test func reconnectsBackOffInsteadOfLooping() async throws {
+        let accepted = Counter()
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                accepted.increment()
+                return channel.close()
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        defer { try? server.close().wait() }
+        let client = APNsClient(
+            credentials: .token(APNsSigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())),
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: server.localAddress!.port!, trustRoots: []),
+            configuration: .init(connections: 1, requestTimeout: .milliseconds(500), reconnectDelay: .milliseconds(200)))
+        let start = ContinuousClock.now
+        var failures = 0
+        while start.duration(to: .now) < .seconds(1) {
+            do {
+                _ = try await client.send(alert())
+            } catch {
+                failures += 1
+                #expect(error.isTransient)
+            }
+        }
+        await client.shutdown()
+        // Delays of 0.2, 0.4, 0.8 s… allow at most four connections in one second, however many sends tried.
+        #expect(failures >= 1)
+        #expect(accepted.value <= 4, "\(accepted.value) connections for \(failures) failed sends")
+    }
+}
+
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func increment() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
 }
