@@ -115,8 +115,8 @@ public protocol BeaconStore: Sendable {
 
     // MARK: Retention
 
-    /// Drops inbox entries beyond the app's limits (count per conversation, age) and messages no inbox holds.
-    /// Returns the number of inbox entries removed.
+    /// Drops inbox entries beyond the app's limits (count per conversation, age), messages no inbox holds, and
+    /// finished push records older than the age limit. Returns the number of inbox entries removed.
     func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
 }
 

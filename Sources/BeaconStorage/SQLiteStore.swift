@@ -782,6 +782,16 @@ public final class SQLiteStore: BeaconStore {
                         SELECT 1 FROM inbox WHERE inbox.app_id = messages.app_id AND inbox.message_id = messages.id)
                     """,
                 arguments: [app.id])
+            // Finished push records are kept as long as messages are.
+            let cutoff = now - app.limits.maxAgeSeconds * 1000
+            try db.execute(
+                sql: """
+                    DELETE FROM push_attempts WHERE job_id IN (
+                        SELECT id FROM push_jobs WHERE app_id = ? AND status != 'pending' AND updated_at < ?)
+                    """,
+                arguments: [app.id, cutoff])
+            try db.execute(
+                sql: "DELETE FROM push_jobs WHERE app_id = ? AND status != 'pending' AND updated_at < ?", arguments: [app.id, cutoff])
             return removed
         }
     }

@@ -265,6 +265,9 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         #expect(records.map(\.status) == [.pending, .sent])
         #expect(records[0].history.map(\.reason) == ["Shutdown"])
         #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 1, limit: 10).count == 1)
+        // Finished records go with retention; pending ones stay whatever their age.
+        _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).map(\.status) == [.pending])
         try await store.setBadge(of: "bob", app: app.id, to: 0)
         _ = try await store.append(text(3, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
         #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"badge":1}"#)
