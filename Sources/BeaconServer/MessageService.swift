@@ -54,8 +54,10 @@ final class MessageService: Sendable {
     }
 
     /// Checks that every target exists (and, with `enforceMembership`, that the sender is in each group), so that nothing is
-    /// stored when any target is wrong.
-    func validateTargets(_ targets: [String], for outgoing: OutgoingMessage, app: AppRecord, enforceMembership: Bool) async throws {
+    /// stored when any target is wrong. Returns each target's recipients (the peer, or the group's members).
+    func validateTargets(_ targets: [String], for outgoing: OutgoingMessage, app: AppRecord, enforceMembership: Bool) async throws
+        -> [String: [String]]
+    {
         try Validation.validateContent(type: outgoing.type, body: outgoing.body, ext: outgoing.ext)
         // The sender's own push fields must leave room for a payload APNs accepts (413 otherwise, before anything is stored).
         if outgoing.ext["em_apns_ext"] != nil || outgoing.ext["em_push_ext"] != nil || outgoing.ext["em_push_template"] != nil {
@@ -73,42 +75,42 @@ final class MessageService: Sendable {
             if let missing = targets.first(where: { !existing.contains($0) }) {
                 throw BeaconError(.userNotFound, "user \(missing) does not exist")
             }
+            return Dictionary(targets.map { ($0, [$0]) }, uniquingKeysWith: { first, _ in first })
         case .groupchat:
             guard !targets.isEmpty, targets.count <= Validation.maxGroupTargets else {
                 throw BeaconError.illegal("to must name 1-\(Validation.maxGroupTargets) groups")
             }
+            var recipients: [String: [String]] = [:]
             for target in targets {
                 guard try await store.group(target, app: app.id) != nil else {
                     throw BeaconError(.groupNotFound, "group \(target) does not exist")
                 }
-                if enforceMembership, !(try await store.groupMembers(target, app: app.id).contains(outgoing.from)) {
+                let members = try await store.groupMembers(target, app: app.id)
+                if enforceMembership, !members.contains(outgoing.from) {
                     throw BeaconError(.forbidden, "\(outgoing.from) is not a member of group \(target)")
                 }
+                recipients[target] = members.filter { $0 != outgoing.from }
             }
+            return recipients
         }
     }
 
     /// Sends to each target in turn; returns each target's message.
     func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool) async throws -> [(String, Message)] {
-        try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
+        let recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
         var sent: [(String, Message)] = []
         for target in targets {
-            sent.append((target, try await deliver(outgoing, to: target, app: app, enforceMembership: enforceMembership)))
+            sent.append((target, try await deliver(outgoing, to: target, recipients: recipients[target] ?? [], app: app)))
         }
         return sent
     }
 
     /// Stores (unless online-only) and dispatches one message. Returns once it is stored.
-    private func deliver(_ outgoing: OutgoingMessage, to target: String, app: AppRecord, enforceMembership: Bool) async throws -> Message {
+    private func deliver(_ outgoing: OutgoingMessage, to target: String, recipients: [String], app: AppRecord) async throws -> Message {
         let (id, timestamp) = nextID()
         let message = Message(
             id: id, from: outgoing.from, to: target, chatType: outgoing.chatType, type: outgoing.type, body: outgoing.body,
             ext: outgoing.ext, timestamp: timestamp, onlineOnly: outgoing.onlineOnly)
-        var recipients: [String]
-        switch outgoing.chatType {
-        case .chat: recipients = [target]
-        case .groupchat: recipients = try await store.groupMembers(target, app: app.id).filter { $0 != outgoing.from }
-        }
         let copyToSender = outgoing.copyToSender && !recipients.contains(outgoing.from)
         if outgoing.onlineOnly {
             registry.deliverOnline(
