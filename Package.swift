@@ -17,6 +17,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
@@ -92,6 +93,9 @@ let package = Package(
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
             "BeaconServer", "BeaconStorage", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
+            // Only to measure our APNs client against an AsyncHTTPClient-based sender (`beacon-bench apns`).
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -8,7 +8,9 @@ import Synchronization
 ///
 /// Built directly on swift-nio-http2 rather than AsyncHTTPClient: APNs' rules live at the connection level
 /// (a provider token per connection, the stream limit that starts at 1 and moves with SETTINGS, GOAWAY,
-/// idle PINGs), which AsyncHTTPClient hides, and the simulator benchmark in BENCHMARKS.md measures the result.
+/// idle PINGs), which AsyncHTTPClient hides. Measured (`beacon-bench apns`, BENCHMARKS.md): 17,860/s at 49 µs CPU
+/// each here, against 9,217/s at 118 µs for AsyncHTTPClient, which also lost 15 % of the requests to the
+/// one-stream-until-authenticated rule.
 public final class APNsClient: Sendable {
     public struct Configuration: Sendable {
         /// Connections in the pool.

@@ -1,11 +1,13 @@
 import APNsSimulator
 import ArgumentParser
+import AsyncHTTPClient
 import BeaconAPNs
 import BeaconCore
 import BeaconServer
 import BeaconStorage
 import Crypto
 import Foundation
+import NIOCore
 import NIOSSL
 
 /// CPU seconds (user + system) used by this process, or by its reaped children.
@@ -83,6 +85,49 @@ struct APNs: AsyncParsableCommand {
         let beaconRate = Double(notifications) / beaconSeconds
         print("beacon APNsClient: \(format(beaconRate, 0)) notifications/s, client CPU \(format(beaconCPU, 1)) µs/notification")
 
+        // The alternative the issue asked to measure: AsyncHTTPClient (HTTP/2, one JWT for the client) with the
+        // same concurrency.
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.trustRoots = .certificates(roots)
+        var ahcConfiguration = HTTPClient.Configuration(tlsConfiguration: tls)
+        ahcConfiguration.httpVersion = .automatic
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: ahcConfiguration)
+        let bearer = "bearer " + (try key.token(issuedAt: Int64(Date().timeIntervalSince1970)))
+        func ahcSend() async throws {
+            var request = HTTPClientRequest(url: "https://127.0.0.1:\(port)/3/device/\(token)")
+            request.method = .POST
+            request.headers.add(name: "apns-topic", value: "com.example.bench")
+            request.headers.add(name: "apns-push-type", value: "alert")
+            request.headers.add(name: "apns-priority", value: "10")
+            request.headers.add(name: "apns-id", value: UUID().uuidString.lowercased())
+            request.headers.add(name: "authorization", value: bearer)
+            request.body = .bytes(ByteBuffer(string: payload))
+            let response = try await http.execute(request, timeout: .seconds(30))
+            guard response.status == .ok else { throw BenchError("AsyncHTTPClient: \(response.status)") }
+        }
+        try await ahcSend()
+        let ahcCPUBefore = cpuSeconds()
+        let ahcStart = monotonicNanoseconds()
+        let ahcFailures = await withTaskGroup(of: [String].self) { group in
+            for sender in 0..<senders {
+                group.addTask {
+                    var failures: [String] = []
+                    for _ in stride(from: sender, to: notifications, by: senders) {
+                        do { try await ahcSend() } catch { failures.append("\(error)") }
+                    }
+                    return failures
+                }
+            }
+            var all: [String] = []
+            for await failures in group { all += failures }
+            return all
+        }
+        let ahcRate = Double(notifications) / (Double(monotonicNanoseconds() - ahcStart) / 1e9)
+        let ahcCPU = (cpuSeconds() - ahcCPUBefore) / Double(notifications) * 1e6
+        try await http.shutdown()
+        print("AsyncHTTPClient:   \(format(ahcRate, 0)) notifications/s, client CPU \(format(ahcCPU, 1)) µs/notification"
+            + (ahcFailures.isEmpty ? "" : " (\(ahcFailures.count) of \(notifications) failed, e.g. \(ahcFailures[0].prefix(120)))"))
+
         // h2load: the same request, the same simulator.
         let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-payload.json")
         try payload.write(to: payloadFile, atomically: true, encoding: .utf8)
@@ -148,6 +193,7 @@ struct APNs: AsyncParsableCommand {
         let aioRate = parts.first.flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? .nan
         print("aioapns:           \(format(aioRate, 0)) notifications/s, CPU \(format(pythonCPU, 1)) µs/notification (\(parts.dropFirst().first.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "?") accepted of \(aioapnsNotifications))")
         print("ratio beacon / h2load:  \(format(beaconRate / h2Rate)) (aim ≥ 0.6)")
+        print("ratio beacon / AsyncHTTPClient: \(format(beaconRate / ahcRate))")
         print("ratio beacon / aioapns: \(format(beaconRate / aioRate)) (aim ≥ 10)")
     }
 }
