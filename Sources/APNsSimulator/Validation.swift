@@ -111,8 +111,8 @@ struct RequestValidator {
             return now.timeIntervalSince1970 - verified > 3600 ? .expiredProviderToken : nil
         }
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerData = decodeBase64URL(parts[0]), let claimsData = decodeBase64URL(parts[1]),
-            let signatureData = decodeBase64URL(parts[2]),
+        guard parts.count == 3, let headerData = Data(base64URLEncoded: parts[0]), let claimsData = Data(base64URLEncoded: parts[1]),
+            let signatureData = Data(base64URLEncoded: parts[2]),
             let jwtHeader = try? JSONDecoder().decode([String: String].self, from: headerData),
             jwtHeader["alg"] == "ES256", let keyID = jwtHeader["kid"],
             let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
@@ -136,10 +136,4 @@ struct RequestValidator {
             return nil
         }
     }
-}
-
-func decodeBase64URL(_ text: Substring) -> Data? {
-    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-    return Data(base64Encoded: base64)
 }

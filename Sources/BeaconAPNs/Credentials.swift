@@ -21,10 +21,10 @@ public struct APNsSigningKey: Sendable {
 
     /// A provider token: header `{alg, kid}`, claims `{iss, iat}` with `iat` in whole seconds.
     public func token(issuedAt seconds: Int64) throws -> String {
-        let header = base64URL(Data(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8))
-        let claims = base64URL(Data(#"{"iss":"\#(teamID)","iat":\#(seconds)}"#.utf8))
+        let header = Data(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8).base64URLEncoded()
+        let claims = Data(#"{"iss":"\#(teamID)","iat":\#(seconds)}"#.utf8).base64URLEncoded()
         let signature = try privateKey.signature(for: Data("\(header).\(claims)".utf8))
-        return "\(header).\(claims).\(base64URL(signature.rawRepresentation))"
+        return "\(header).\(claims).\(signature.rawRepresentation.base64URLEncoded())"
     }
 }
 
@@ -60,7 +60,17 @@ public struct APNsEndpoint: Sendable {
     }
 }
 
-func base64URL(_ data: some DataProtocol) -> String {
-    Data(data).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        .replacingOccurrences(of: "=", with: "")
+extension Data {
+    /// Base64url without padding (RFC 7515), as JWTs use it.
+    public func base64URLEncoded() -> String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// Decodes base64url, with or without padding.
+    public init?(base64URLEncoded text: some StringProtocol) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        self.init(base64Encoded: base64)
+    }
 }

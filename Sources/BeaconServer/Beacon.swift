@@ -74,7 +74,7 @@ public struct BeaconServer: Sendable {
     let logger: Logger
 
     public init(
-        store: any BeaconStore, configuration: BeaconConfiguration, observer: (any StoredMessageObserver)? = nil, logger: Logger
+        store: any BeaconStore, configuration: BeaconConfiguration, logger: Logger
     ) async throws {
         self.store = store
         self.configuration = configuration
@@ -93,7 +93,7 @@ public struct BeaconServer: Sendable {
             pushWorker = nil
         }
         messages = MessageService(
-            store: store, registry: registry, observer: observer, pushWorker: pushWorker, node: configuration.node, clock: configuration.clock)
+            store: store, registry: registry, pushWorker: pushWorker, node: configuration.node, clock: configuration.clock)
         api = API(store: store, tokens: TokenIssuer(keyMaterial: key), clock: configuration.clock, logger: logger)
     }
 

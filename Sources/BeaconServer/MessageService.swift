@@ -3,13 +3,6 @@ import BeaconPush
 import BeaconStorage
 import Synchronization
 
-/// What a message becomes once stored: the push pipeline plugs in here.
-public protocol StoredMessageObserver: Sendable {
-    /// Called after `entries` (one per recipient, and the sender's own copy) are stored and handed to
-    /// connected devices.
-    func messageStored(_ message: Message, entries: [InboxEntry], app: AppRecord) async
-}
-
 /// One message to send, before ids and timestamps are assigned.
 struct OutgoingMessage: Sendable {
     var from: String
@@ -29,19 +22,17 @@ struct OutgoingMessage: Sendable {
 final class MessageService: Sendable {
     let store: any BeaconStore
     let registry: ConnectionRegistry
-    let observer: (any StoredMessageObserver)?
     let planner: PushPlanner
     let pushWorker: PushWorker?
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
 
     init(
-        store: any BeaconStore, registry: ConnectionRegistry, observer: (any StoredMessageObserver)?, pushWorker: PushWorker?, node: UInt16,
+        store: any BeaconStore, registry: ConnectionRegistry, pushWorker: PushWorker?, node: UInt16,
         clock: @escaping @Sendable () -> Int64
     ) {
         self.store = store
         self.registry = registry
-        self.observer = observer
         self.pushWorker = pushWorker
         self.planner = PushPlanner(store: store, presence: registry, clock: clock)
         self.clock = clock
@@ -125,7 +116,6 @@ final class MessageService: Sendable {
         let entries = try await store.append(message, app: app.id, deliveries: deliveries, pushes: pushes)
         registry.deliver(entries, app: app.id)
         if pushes != nil { pushWorker?.jobsStored() }
-        await observer?.messageStored(message, entries: entries, app: app)
         return message
     }
 }

@@ -139,7 +139,10 @@ final class PushWorker: Service, Sendable {
                 worked = false
             }
             if !worked {
-                try? await cancelWhenGracefulShutdown { await self.wake.wait(upTo: .seconds(1)) }
+                // Sleep until the next retry is due (at most a second, so that other nodes' jobs are seen too), or new jobs.
+                let due = (try? await store.nextPushJobDue()).flatMap { $0 } ?? Int64.max
+                let wait = Duration.milliseconds(max(10, min(due - clock(), 1000)))
+                try? await cancelWhenGracefulShutdown { await self.wake.wait(upTo: wait) }
             }
         }
         await configs.shutdown()
