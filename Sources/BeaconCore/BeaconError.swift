@@ -27,6 +27,8 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidP8Key = "invalid_p8_key"
         case certificateExpired = "certificate_expired"
         case notifierNotFound = "notifier_not_found"
+        case invalidTemplate = "invalid_template"
+        case tooManyRequests = "too_many_requests"
         case requestTooLarge = "request_entity_too_large"
         case unauthorized = "unauthorized"
         case badAccessToken = "auth_bad_access_token"
@@ -43,8 +45,9 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
         public var defaultStatus: Int {
             switch self {
             case .illegalArgument, .jsonParse, .invalidGrant, .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired,
-                .notifierNotFound:
+                .notifierNotFound, .invalidTemplate:
                 400
+            case .tooManyRequests: 429
             case .requestTooLarge: 413
             case .unauthorized, .badAccessToken: 401
             case .forbidden: 403
@@ -62,6 +65,8 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
             case .invalidGrant: "InvalidGrantException"
             case .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired: "InvalidPushCertificateException"
             case .notifierNotFound: "NotifierNotFoundException"
+            case .invalidTemplate: "InvalidTemplateException"
+            case .tooManyRequests: "TooManyRequestsException"
             case .requestTooLarge: "RequestEntityTooLargeException"
             case .unauthorized: "UnauthorizedException"
             case .badAccessToken: "UnauthorizedException"

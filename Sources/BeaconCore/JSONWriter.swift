@@ -40,6 +40,24 @@ public enum JSONWriter {
         }
     }
 
+    /// `json` with `,"badge":N` inserted at the UTF-8 offset `offset`: how a push payload rendered once gets each
+    /// receiver's badge (`BuiltPayload.json(badge:)`, the store recording a push), capped at `maxBadge`. Out-of-range
+    /// offsets leave it unchanged.
+    /// The largest badge `insertBadge` writes: payloads reserve room for this many digits before the badge is known.
+    public static let maxBadge = 99_999_999
+
+    public static func insertBadge(_ badge: Int, into json: String, atUTF8Offset offset: Int) -> String {
+        let bytes = json.utf8
+        guard offset >= 0, offset <= bytes.count else { return json }
+        var output = [UInt8]()
+        output.reserveCapacity(bytes.count + 20)
+        output.append(contentsOf: bytes.prefix(offset))
+        output.append(contentsOf: #","badge":"#.utf8)
+        output.append(contentsOf: String(min(max(badge, 0), maxBadge)).utf8)
+        output.append(contentsOf: bytes.dropFirst(offset))
+        return String(decoding: output, as: UTF8.self)
+    }
+
     /// A JSON string literal: quotes, backslashes and control characters escaped; everything else as UTF-8.
     public static func writeString(_ text: String, to output: inout String) {
         // Most strings need no escaping: copy them whole.

@@ -146,9 +146,12 @@ public struct SendMessageRequest: Sendable, Codable {
     public var routetype: String?
     /// Tencent IM's offline push options, mapped onto the same rules as Easemob's `ext` keys.
     public var offlinePushInfo: OfflinePushInfo?
+    /// The client's own reference for this send (like an `Idempotency-Key` header): a retry within 24 h with the same
+    /// one stores nothing and answers the first send's message ids.
+    public var msgID: String?
 
     enum CodingKeys: String, CodingKey {
-        case from, to, type, body, ext, syncDevice = "sync_device", routetype, offlinePushInfo = "offline_push_info"
+        case from, to, type, body, ext, syncDevice = "sync_device", routetype, offlinePushInfo = "offline_push_info", msgID = "msg_id"
     }
 
     public init(
@@ -173,9 +176,11 @@ public struct LegacySendMessageRequest: Sendable, Codable {
     public var from: String?
     public var ext: [String: JSONValue]?
     public var offlinePushInfo: OfflinePushInfo?
+    /// As `SendMessageRequest.msgID`.
+    public var msgID: String?
 
     enum CodingKeys: String, CodingKey {
-        case targetType = "target_type", target, msg, from, ext, offlinePushInfo = "offline_push_info"
+        case targetType = "target_type", target, msg, from, ext, offlinePushInfo = "offline_push_info", msgID = "msg_id"
     }
 
     public init(targetType: String, target: [String], msg: [String: JSONValue], from: String? = nil, ext: [String: JSONValue]? = nil) {
@@ -247,15 +252,18 @@ public struct PushBindingRequest: Sendable, Codable {
     public var deviceToken: String
     /// The push configuration name; empty unbinds every notifier of this device.
     public var notifierName: String
+    /// Hex PushKit VoIP token of the same installation, if the app uses VoIP pushes for calls.
+    public var voipToken: String?
 
     enum CodingKeys: String, CodingKey {
-        case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name"
+        case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name", voipToken = "voip_token"
     }
 
-    public init(deviceID: String, deviceToken: String, notifierName: String) {
+    public init(deviceID: String, deviceToken: String, notifierName: String, voipToken: String? = nil) {
         self.deviceID = deviceID
         self.deviceToken = deviceToken
         self.notifierName = notifierName
+        self.voipToken = voipToken
     }
 }
 

@@ -50,17 +50,60 @@ public struct DisplayStrings: Sendable, Hashable {
     }
 }
 
-/// A push template: `title_pattern` and `content_pattern` with `{0}…{n}` and `{$fromNickname}`, `{$msg}`, `{$dynamicFrom}`.
+/// A push template: `title_pattern` and `content_pattern` with `{0}…{99}` and `{$fromNickname}`, `{$msg}`, `{$dynamicFrom}`.
 public struct PushTemplate: Sendable, Hashable {
     public var name: String
     public var titlePattern: String
     public var contentPattern: String
+
+    /// Longest pattern, in bytes: rendering stays small and fast whatever a template holds.
+    public static let maxPatternBytes = 1024
+    /// The built-in placeholders a pattern (or a message's template argument) may use.
+    public static let builtIns = ["{$fromNickname}", "{$msg}", "{$dynamicFrom}"]
 
     public init(name: String, titlePattern: String, contentPattern: String) {
         self.name = name
         self.titlePattern = titlePattern
         self.contentPattern = contentPattern
     }
+
+    /// Checks a pattern when it is saved: at most 1 KB, and every `{` opens `{0}`…`{99}` or a built-in.
+    public static func validate(pattern: String, field: String) throws(BeaconError) {
+        guard pattern.utf8.count <= maxPatternBytes else {
+            throw BeaconError(.invalidTemplate, "\(field) is \(pattern.utf8.count) bytes; at most \(maxPatternBytes)")
+        }
+        var rest = Substring(pattern)
+        while let open = rest.firstIndex(of: "{") {
+            let tail = rest[open...]
+            if let builtIn = builtIns.first(where: { tail.hasPrefix($0) }) {
+                rest = tail.dropFirst(builtIn.count)
+            } else if let index = PatternPlaceholder.index(at: tail) {
+                rest = tail.dropFirst(index < 10 ? 3 : 4)
+            } else {
+                let shown = tail.prefix(16)
+                throw BeaconError(
+                    .invalidTemplate, "\(field): '\(shown)' is not a placeholder; use {0}…{99}, {$fromNickname}, {$msg} or {$dynamicFrom}")
+            }
+        }
+    }
+}
+
+/// `{0}`…`{99}`: one or two decimal digits between braces.
+enum PatternPlaceholder {
+    /// The index of the placeholder that `text` starts with, if it starts with one.
+    static func index(at text: Substring) -> Int? {
+        let bytes = text.utf8
+        var iterator = bytes.makeIterator()
+        guard iterator.next() == UInt8(ascii: "{"), let first = iterator.next(), isDigit(first) else { return nil }
+        var value = Int(first - UInt8(ascii: "0"))
+        guard let second = iterator.next() else { return nil }
+        if second == UInt8(ascii: "}") { return value }
+        guard isDigit(second), iterator.next() == UInt8(ascii: "}") else { return nil }
+        value = value * 10 + Int(second - UInt8(ascii: "0"))
+        return value
+    }
+
+    private static func isDigit(_ byte: UInt8) -> Bool { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
 }
 
 /// What the payload of one receiver's notification is built from.
@@ -78,11 +121,16 @@ public struct PayloadInput: Sendable {
     public var templates: [String: PushTemplate]
     /// The template the receiver chose.
     public var receiverTemplate: String?
+    /// Whether a call (`em_push_ext.type: "call"`) may become a VoIP push; false renders the alert a device without
+    /// a VoIP token gets instead.
+    public var allowsVoIP: Bool
 
     public init(
         message: Message, receiver: String, badge: Int, senderNickname: String? = nil, style: DisplayStyle = .simpleBanner,
-        strings: DisplayStrings = DisplayStrings(), language: String? = nil, templates: [String: PushTemplate] = [:], receiverTemplate: String? = nil
+        strings: DisplayStrings = DisplayStrings(), language: String? = nil, templates: [String: PushTemplate] = [:], receiverTemplate: String? = nil,
+        allowsVoIP: Bool = true
     ) {
+        self.allowsVoIP = allowsVoIP
         self.message = message
         self.receiver = receiver
         self.badge = badge
@@ -95,20 +143,42 @@ public struct PayloadInput: Sendable {
     }
 }
 
-/// A rendered notification.
+/// A rendered notification. The receiver's badge is spliced in last (`json(badge:)`), so that the same rendering
+/// serves whatever badge the store assigns when it records the push.
 public struct BuiltPayload: Sendable, Hashable {
-    /// Compact JSON, within `limit` bytes.
-    public var json: String
+    /// Compact JSON without the badge when `badgeOffset` is set; complete otherwise (the sender fixed the badge).
+    public var withoutBadge: String
+    /// The UTF-8 offset in `withoutBadge` where `,"badge":N` belongs (right after the alert, keeping keys sorted).
+    public var badgeOffset: Int?
+    /// The badge of the input this was built from.
+    public var badge: Int
     public var voip: Bool
     public var collapseID: String?
     /// APNs' limit for this push type (4096, VoIP 5120).
     public var limit: Int
+
+    /// Compact JSON with the input's badge, within `limit` bytes.
+    public var json: String { json(badge: badge) }
+
+    /// Compact JSON with `badge` (at most `PayloadBuilder.maxBadge`), within `limit` bytes.
+    public func json(badge: Int) -> String {
+        guard let badgeOffset else { return withoutBadge }
+        return JSONWriter.insertBadge(badge, into: withoutBadge, atUTF8Offset: badgeOffset)
+    }
 }
 
 /// SPEC §4: the payload, from the receiver's display settings, the app's templates and the sender's `ext`. Pure.
+/// Linear in the size of its input, and bounded: patterns are at most 1 KB and rendered texts are cut at
+/// `maxRenderedBytes` before they are fitted to APNs' limit.
 public enum PayloadBuilder {
     public static let limit = 4096
     public static let voipLimit = 5120
+    /// Badges are capped here: the room for the badge is reserved before it is known.
+    public static let maxBadge = JSONWriter.maxBadge
+    /// A rendered title or body longer than this is cut right away (it could never fit a payload anyway).
+    static let maxRenderedBytes = 8 * 1024
+    private static let badgeRoom = #","badge":"#.utf8.count + String(maxBadge).utf8.count
+    private static let alertPrefix = #"{"aps":{"alert":"#
 
     public static func build(_ input: PayloadInput) throws(BeaconError) -> BuiltPayload {
         let message = input.message
@@ -127,11 +197,9 @@ public enum PayloadBuilder {
         }
         func apply(_ template: PushTemplate?, titleArgs: [String] = [], contentArgs: [String] = []) {
             guard let template else { return }
-            let fill = { (pattern: String, args: [String]) in
-                fillPattern(pattern, args: args, fromNickname: fromName, msg: msgText, dynamicFrom: dynamicFrom)
-            }
-            title = fill(template.titlePattern, titleArgs)
-            body = fill(template.contentPattern, contentArgs)
+            let builtIns = BuiltIns(fromNickname: fromName, msg: msgText, dynamicFrom: dynamicFrom)
+            title = fillPattern(template.titlePattern, args: titleArgs, builtIns: builtIns)
+            body = fillPattern(template.contentPattern, args: contentArgs, builtIns: builtIns)
         }
         apply(input.templates["default"])
         if let custom = apnsExt["em_push_title"]?.stringValue ?? pushExt["title"]?.stringValue { title = custom }
@@ -141,9 +209,9 @@ public enum PayloadBuilder {
             apply(input.templates[named.name], titleArgs: named.titleArgs, contentArgs: named.contentArgs)
         }
 
-        var alert: [String: JSONValue] = ["body": .string(body)]
-        if let title { alert["title"] = .string(title) }
-        if let subtitle = apnsExt["em_alert_subTitle"]?.stringValue { alert["subtitle"] = .string(subtitle) }
+        var alert: [String: JSONValue] = ["body": .string(cut(body))]
+        if let title { alert["title"] = .string(cut(title)) }
+        if let subtitle = apnsExt["em_alert_subTitle"]?.stringValue { alert["subtitle"] = .string(cut(subtitle)) }
         if let key = apnsExt["em_push_title_loc_key"]?.stringValue {
             alert["title-loc-key"] = .string(key)
             if let args = apnsExt["em_push_title_loc_args"]?.arrayValue { alert["title-loc-args"] = .array(args) }
@@ -154,9 +222,11 @@ public enum PayloadBuilder {
         }
         var aps: [String: JSONValue] = [
             "alert": .object(alert),
-            "badge": .number(Double(apnsExt["em_push_badge"]?.intValue ?? input.badge)),
             "sound": .string(apnsExt["em_push_sound"]?.stringValue ?? "default"),
         ]
+        // The sender may fix the badge; otherwise it is spliced in per receiver.
+        let fixedBadge = apnsExt["em_push_badge"]?.intValue.map { min(max($0, 0), maxBadge) }
+        if let fixedBadge { aps["badge"] = .number(Double(fixedBadge)) }
         if apnsExt["em_push_mutable_content"]?.boolValue == true { aps["mutable-content"] = 1 }
         if let category = apnsExt["em_push_category"]?.stringValue { aps["category"] = .string(category) }
         // Notifications group by conversation on the phone.
@@ -168,26 +238,39 @@ public enum PayloadBuilder {
         if let extern = apnsExt["extern"] ?? pushExt["custom"] { payload["e"] = extern }
         if let tencentExt = apnsExt["tencent_ext"] { payload["ext"] = tencentExt }
 
-        let voip = pushExt["type"]?.stringValue == "call"
+        let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit
         let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap { $0.utf8.count <= 64 ? $0 : nil }
-        return BuiltPayload(json: try fit(payload, limit: limit), voip: voip, collapseID: collapseID, limit: limit)
+        let (fitted, json) = try fit(payload, limit: limit - (fixedBadge == nil ? badgeRoom : 0))
+        var badgeOffset: Int?
+        if fixedBadge == nil, case .object(let fittedAPS)? = fitted["aps"], let fittedAlert = fittedAPS["alert"] {
+            let prefix = alertPrefix + JSONWriter.string(fittedAlert)
+            // Keys are sorted: "aps" comes first and "alert" first within it, so the badge goes right after the alert.
+            if json.hasPrefix(prefix) { badgeOffset = prefix.utf8.count }
+        }
+        if fixedBadge == nil, badgeOffset == nil {
+            // Not reachable with sorted keys; render the badge in place rather than lose it.
+            aps["badge"] = .number(Double(min(max(input.badge, 0), maxBadge)))
+            payload["aps"] = .object(aps)
+            return BuiltPayload(
+                withoutBadge: try fit(payload, limit: limit).json, badgeOffset: nil, badge: input.badge, voip: voip, collapseID: collapseID,
+                limit: limit)
+        }
+        return BuiltPayload(withoutBadge: json, badgeOffset: badgeOffset, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit)
     }
 
     /// Shortens the body, then the title, then the subtitle, at a character boundary with "…", until the payload
-    /// fits. When even empty texts do not fit (the sender's own fields are too big), throws 413.
-    static func fit(_ payload: [String: JSONValue], limit: Int) throws(BeaconError) -> String {
+    /// fits. When even empty texts do not fit (the sender's own fields are too big), throws 413. Linear in the texts' size.
+    static func fit(_ payload: [String: JSONValue], limit: Int) throws(BeaconError) -> (payload: [String: JSONValue], json: String) {
         var payload = payload
         var json = JSONWriter.string(.object(payload))
         for field in ["body", "title", "subtitle"] where json.utf8.count > limit {
             guard case .object(var aps)? = payload["aps"], case .object(var alert)? = aps["alert"], let text = alert[field]?.stringValue else {
                 continue
             }
-            let excess = json.utf8.count - limit
-            // Keep as many leading characters as fit; "…" costs 3 bytes.
-            var kept = Substring(text)
-            while !kept.isEmpty, text.utf8.count - kept.utf8.count < excess + 3 { kept = kept.dropLast() }
-            alert[field] = .string(kept.isEmpty ? "" : kept + "…")
+            // Keep the longest prefix whose escaped form leaves room for the rest and "…" (3 bytes).
+            let budget = escapedSize(text) - (json.utf8.count - limit) - 3
+            alert[field] = .string(budget > 0 ? prefix(of: text, escapedSizeAtMost: budget) + "…" : "")
             aps["alert"] = .object(alert)
             payload["aps"] = .object(aps)
             json = JSONWriter.string(.object(payload))
@@ -195,14 +278,45 @@ public enum PayloadBuilder {
         guard json.utf8.count <= limit else {
             throw BeaconError(.requestTooLarge, "the push fields of this message make a payload of \(json.utf8.count) bytes; APNs accepts \(limit)")
         }
-        return json
+        return (payload, json)
+    }
+
+    /// The bytes `text` takes inside a JSON string literal (as `JSONWriter` writes it).
+    static func escapedSize<S: Sequence<Unicode.Scalar>>(_ scalars: S) -> Int {
+        scalars.reduce(0) { size, scalar in
+            switch scalar {
+            case "\"", "\\", "\n", "\r", "\t": size + 2
+            case _ where scalar.value < 0x20: size + 6
+            default: size + UTF8.width(scalar)
+            }
+        }
+    }
+
+    static func escapedSize(_ text: String) -> Int { escapedSize(text.unicodeScalars) }
+
+    /// The longest prefix of whole characters whose escaped size is at most `budget`.
+    static func prefix(of text: String, escapedSizeAtMost budget: Int) -> String {
+        var used = 0
+        var end = text.startIndex
+        for index in text.indices {
+            let size = escapedSize(text[index].unicodeScalars)
+            guard used + size <= budget else { break }
+            used += size
+            end = text.index(after: index)
+        }
+        return String(text[..<end])
+    }
+
+    /// A text cut to `maxRenderedBytes` (whole characters): anything longer is shortened by `fit` anyway.
+    static func cut(_ text: String) -> String {
+        text.utf8.count <= maxRenderedBytes ? text : prefix(of: text, escapedSizeAtMost: maxRenderedBytes)
     }
 
     /// `ext.em_push_template` (or its `directed_template` when it lists the receiver).
     static func messageTemplate(_ message: Message, receiver: String) -> (name: String, titleArgs: [String], contentArgs: [String])? {
         guard let template = message.ext["em_push_template"]?.objectValue else { return nil }
         func args(_ object: [String: JSONValue], _ key: String) -> [String] {
-            object[key]?.arrayValue?.map { $0.stringValue ?? JSONWriter.string($0) } ?? []
+            object[key]?.arrayValue?.prefix(100).map { $0.stringValue ?? JSONWriter.string($0) } ?? []
         }
         if let directed = template["directed_template"]?.objectValue,
             directed["target"]?.arrayValue?.contains(where: { $0.stringValue?.lowercased() == receiver }) == true,
@@ -214,27 +328,45 @@ public enum PayloadBuilder {
         return (name, args(template, "title_args"), args(template, "content_args"))
     }
 
-    /// Replaces `{0}…{n}` (missing → empty) and the built-ins; arguments may themselves be built-ins.
-    static func fillPattern(_ pattern: String, args: [String], fromNickname: String, msg: String, dynamicFrom: String) -> String {
-        func expand(_ text: String) -> String {
-            guard text.contains("{$") else { return text }
-            return text.replacingOccurrences(of: "{$fromNickname}", with: fromNickname).replacingOccurrences(of: "{$msg}", with: msg)
-                .replacingOccurrences(of: "{$dynamicFrom}", with: dynamicFrom)
+    /// The values of the built-in placeholders for one rendering.
+    struct BuiltIns {
+        var fromNickname: String
+        var msg: String
+        var dynamicFrom: String
+
+        /// The value of the built-in that `text` starts with, and its length in characters.
+        func match(_ text: Substring) -> (value: String, length: Int)? {
+            guard text.hasPrefix("{$") else { return nil }
+            if text.hasPrefix("{$fromNickname}") { return (fromNickname, 15) }
+            if text.hasPrefix("{$msg}") { return (msg, 6) }
+            if text.hasPrefix("{$dynamicFrom}") { return (dynamicFrom, 14) }
+            return nil
         }
+    }
+
+    /// Replaces `{0}`…`{99}` (missing → empty) and the built-ins in one pass; arguments may themselves hold built-ins.
+    /// Values are inserted as they are, never scanned again, and the output stops growing at `maxRenderedBytes`.
+    static func fillPattern(_ pattern: String, args: [String], builtIns: BuiltIns) -> String {
         var output = ""
-        var rest = Substring(pattern)
-        while let open = rest.firstIndex(of: "{") {
-            output += rest[..<open]
-            let afterOpen = rest.index(after: open)
-            if let close = rest[afterOpen...].firstIndex(of: "}"), let index = Int(rest[afterOpen..<close]) {
-                output += index < args.count ? expand(args[index]) : ""
-                rest = rest[rest.index(after: close)...]
-            } else {
-                output += "{"
-                rest = rest[afterOpen...]
+        func append(_ text: Substring, expandingArgs: Bool) {
+            var rest = text
+            while output.utf8.count < maxRenderedBytes, let open = rest.firstIndex(of: "{") {
+                output += rest[..<open]
+                let tail = rest[open...]
+                if let (value, length) = builtIns.match(tail) {
+                    output += value
+                    rest = tail.dropFirst(length)
+                } else if expandingArgs, let index = PatternPlaceholder.index(at: tail) {
+                    if index < args.count { append(Substring(args[index]), expandingArgs: false) }
+                    rest = tail.dropFirst(index < 10 ? 3 : 4)
+                } else {
+                    output += "{"
+                    rest = tail.dropFirst()
+                }
             }
+            if output.utf8.count < maxRenderedBytes { output += rest }
         }
-        output += rest
-        return expand(output)
+        append(Substring(pattern), expandingArgs: true)
+        return cut(output)
     }
 }

@@ -67,7 +67,8 @@ struct API: Sendable {
             throw BeaconError(.badAccessToken, "the token is invalid, expired or not for this app")
         }
         guard let username = claims.user else { return .app }
-        guard let user = try await store.user(username, app: app.id), claims.iat >= user.tokensValidAfter else {
+        // A deleted user's tokens do not open an account created later under the same name (another uuid).
+        guard let user = try await store.user(username, app: app.id), claims.uid == user.uuid, claims.iat >= user.tokensValidAfter else {
             throw BeaconError(.badAccessToken, "the token was revoked; log in again")
         }
         return .user(username)
@@ -105,12 +106,16 @@ struct API: Sendable {
     }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
+        Response(
+            status: status, headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: encode(value))))
+    }
+
+    /// Compact JSON with sorted keys.
+    static func encode(_ value: some Encodable) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        return Response(
-            status: status, headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        return Array((try? encoder.encode(value)) ?? Data("{}".utf8))
     }
 }
 
@@ -119,31 +124,4 @@ final class AppCache: Sendable {
     private let table = Mutex<[AppKey: AppRecord]>([:])
     func get(_ key: AppKey) -> AppRecord? { table.withLock { $0[key] } }
     func put(_ app: AppRecord) { table.withLock { $0[app.key] = app } }
-}
-
-/// Renders every failure as Easemob's error body with a stable code.
-struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    let clock: @Sendable () -> Int64
-    let logger: Logger
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        do {
-            return try await next(request, context)
-        } catch {
-            let failure: BeaconError
-            switch error {
-            case let error as HTTPError where error.status == .notFound:
-                failure = BeaconError(.resourceNotFound, "url is invalid: \(request.method) \(request.uri.path)")
-            case let error as HTTPError where error.status == .methodNotAllowed:
-                failure = BeaconError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
-            case let error as HTTPError where error.status.code < 500:
-                failure = BeaconError(.illegalArgument, error.body ?? "bad request", status: Int(error.status.code))
-            default:
-                failure = BeaconError(wrapping: error, logger: logger)
-            }
-            let body = ErrorBody(
-                error: failure.code.rawValue, errorDescription: failure.message, exception: failure.exception, timestamp: clock())
-            return API.json(body, status: .init(code: failure.status))
-        }
-    }
 }

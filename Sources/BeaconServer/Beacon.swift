@@ -7,6 +7,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
+import Crypto
 
 /// Settings of one Beacon server process.
 public struct BeaconConfiguration: Sendable {
@@ -33,6 +34,9 @@ public struct BeaconConfiguration: Sendable {
     public var onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
     /// Told about every batch of push attempts once it is recorded (for monitoring and tests).
     public var onPushAttempts: (@Sendable ([PushAttemptOutcome]) -> Void)?
+    /// Called while a message's pushes are being decided, after presence was read and before the decision is recorded
+    /// (tests hold a route there to race a device against it).
+    public var afterPresence: (@Sendable (UInt64) async -> Void)?
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
@@ -55,6 +59,7 @@ public struct BeaconConfiguration: Sendable {
         self.pushMaxAge = pushMaxAge
         self.onPushConfiguration = nil
         self.onPushAttempts = nil
+        self.afterPresence = nil
         self.clock = clock
     }
 }
@@ -70,7 +75,9 @@ public struct BeaconServer: Sendable {
     let messages: MessageService
     let pushConfigs: PushConfigs?
     let pushWorker: PushWorker?
+    let pushRouter: PushRouter?
     let api: API
+    let logins = LoginThrottle()
     let logger: Logger
 
     public init(
@@ -79,8 +86,11 @@ public struct BeaconServer: Sendable {
         self.store = store
         self.configuration = configuration
         self.logger = logger
-        let key = try await store.setting("token_signing_key") { Credentials.randomToken() }
-        registry = ConnectionRegistry()
+        // Token-signing key: derived from the secret key, so it is never stored and every node with the key agrees.
+        // Without a secret key (push off), tokens are signed with a key that lives as long as the process.
+        let tokenKey = configuration.secretBox?.derivedKey(for: "token signing") ?? SymmetricKey(size: .bits256)
+        let registry = ConnectionRegistry()
+        self.registry = registry
         cursors = CursorBook(store: store, clock: configuration.clock)
         if let box = configuration.secretBox {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
@@ -92,9 +102,15 @@ public struct BeaconServer: Sendable {
             pushConfigs = nil
             pushWorker = nil
         }
+        let pushRouter = pushWorker.map { worker in
+            PushRouter(
+                store: store, presence: registry, clock: configuration.clock, logger: logger, afterPresence: configuration.afterPresence,
+                jobsStored: { worker.jobsStored() })
+        }
+        self.pushRouter = pushRouter
         messages = MessageService(
-            store: store, registry: registry, pushWorker: pushWorker, node: configuration.node, clock: configuration.clock)
-        api = API(store: store, tokens: TokenIssuer(keyMaterial: key), clock: configuration.clock, logger: logger)
+            store: store, registry: registry, router: pushRouter, node: configuration.node, clock: configuration.clock, logger: logger)
+        api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
     }
 
     /// Sends future pushes to `routing`.
@@ -112,26 +128,29 @@ public struct BeaconServer: Sendable {
         }
     }
 
-    /// Issues a token for the app (user nil) or one of its users, as `POST /token` would.
-    public func issueToken(app: AppRecord, user: String? = nil, lifetimeSeconds: Int? = nil) -> String {
+    /// Issues an app token, as `POST /token` with client credentials would.
+    public func issueToken(app: AppRecord, lifetimeSeconds: Int? = nil) -> String {
         let now = configuration.clock()
-        let lifetime = Int64(lifetimeSeconds ?? configuration.tokenLifetimeSeconds) * 1000
-        return api.tokens.issue(TokenClaims(app: app.id, user: user, iat: now, exp: now + lifetime))
+        let lifetime = Int64(max(1, min(lifetimeSeconds ?? configuration.tokenLifetimeSeconds, 60 * 24 * 3600))) * 1000
+        return api.tokens.issue(TokenClaims(app: app.id, user: nil, uid: nil, iat: now, exp: now + lifetime))
     }
 
     /// The HTTP application. `onRunning` receives the bound port (useful with port 0).
     public func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
-        let router = Router(context: BasicWebSocketRequestContext.self)
-        router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
+        let routes = RouteTable()
+        let refusedUpgrades = RefusedUpgrades()
+        let router = Router(context: BeaconRequestContext.self)
+        router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
         router.get("/health") { _, _ in "ok" }
         Routes(
             api: api, messages: messages, registry: registry, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
-            passwordHashRounds: configuration.passwordHashRounds, onPushConfiguration: configuration.onPushConfiguration)
-            .register(on: router)
+            passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration)
+            .register(on: router, table: routes)
 
-        let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
-        webSocketRouter.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger))
+        let webSocketRouter = Router(context: BeaconRequestContext.self)
+        webSocketRouter.add(
+            middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: RouteTable(), refusedUpgrades: refusedUpgrades))
         webSocketRouter.ws("/:org/:app/ws") { request, context in
             _ = try await authenticateDevice(request, context)
             return .upgrade([:])
@@ -139,8 +158,7 @@ public struct BeaconServer: Sendable {
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             let session = DeviceSession(
                 app: app, username: username, deviceID: deviceID, messages: messages, registry: registry, cursors: cursors,
-                outboxLimit: configuration.outboxLimit,
-                logger: context.logger)
+                outboxLimit: configuration.outboxLimit, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
 
@@ -149,12 +167,14 @@ public struct BeaconServer: Sendable {
             router: router,
             server: .http1WebSocketUpgrade(
                 webSocketRouter: webSocketRouter,
-                configuration: .init(ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
+                configuration: .init(
+                    http1: .init(additionalChannelHandlers: [RefusedUpgradeWriter(refused: refusedUpgrades)]),
+                    ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
             services: [
                 RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
                 CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
-            ] + (pushWorker.map { [$0] } ?? []),
+            ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
                 logger.notice("Beacon listening on http://\(configuration.host):\(port)")
@@ -167,11 +187,12 @@ public struct BeaconServer: Sendable {
     /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
     private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, String, String) {
         let app = try await api.app(context)
-        guard case .user(let username) = try await api.caller(request, app: app) else {
-            throw BeaconError(.forbidden, "a device connects with a user token")
-        }
+        let caller = try await api.caller(request, app: app)
         guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
             throw BeaconError.illegal("device_id (1-128 bytes) is required")
+        }
+        guard case .user(let username) = caller else {
+            throw BeaconError(.badAccessToken, "a device connects with a user token, not an app token")
         }
         return (app, username, deviceID)
     }

@@ -3,9 +3,34 @@ import BeaconCore
 import Crypto
 import CryptoExtras
 import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
 
 /// Password and client-secret hashing.
 enum Credentials {
+    /// PBKDF2 runs here, never on an event loop: at most half the cores hash at once, so requests keep flowing while
+    /// a 60-user `POST /users` or a burst of logins is hashed.
+    static let hashingPool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: max(1, System.coreCount / 2))
+        pool.start()
+        return pool
+    }()
+
+    /// `hashPassword` on the hashing pool.
+    static func hashPasswordOffLoop(_ password: String, rounds: Int) async throws -> String {
+        try await hashingPool.runIfActive { try hashPassword(password, rounds: rounds) }
+    }
+
+    /// Checks a login on the hashing pool. An unknown user (`hash` nil) costs the same PBKDF2 run as a known one, so
+    /// timing does not tell which usernames exist.
+    static func verifyPasswordOffLoop(_ password: String, hash: String?, rounds: Int) async throws -> Bool {
+        let decoy = "pbkdf2-sha256$\(rounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        return try await hashingPool.runIfActive {
+            verifyPassword(password, hash: hash ?? decoy) && hash != nil
+        }
+    }
+
     /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts); the round count travels with the hash.
     static func hashPassword(_ password: String, rounds: Int) throws -> String {
         let salt = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
@@ -15,7 +40,7 @@ enum Credentials {
 
     static func verifyPassword(_ password: String, hash: String) -> Bool {
         let parts = hash.split(separator: "$")
-        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let rounds = Int(parts[1]),
+        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let rounds = Int(parts[1]), (1...10_000_000).contains(rounds),
             let salt = Data(base64Encoded: String(parts[2])), let expected = Data(base64Encoded: String(parts[3])),
             let derived = try? derive(password, salt: salt, rounds: rounds)
         else { return false }
@@ -52,19 +77,22 @@ public struct TokenClaims: Sendable, Codable, Hashable {
     public var app: Int64
     /// The user, for user tokens; nil for app tokens.
     public var user: String?
+    /// The user's uuid: a user deleted and created again under the same name is another user, whom old tokens
+    /// do not open.
+    public var uid: String?
     /// Issued at, ms.
     public var iat: Int64
     /// Expires at, ms.
     public var exp: Int64
 }
 
-/// Issues and checks bearer tokens: `base64url(claims JSON).base64url(HMAC-SHA256)`, with a server key kept
-/// in the store so that tokens survive restarts and every process on the same data agrees.
+/// Issues and checks bearer tokens: `base64url(claims JSON).base64url(HMAC-SHA256)`, with a key derived from the
+/// server's secret key, so that tokens survive restarts and every process with that key agrees.
 struct TokenIssuer: Sendable {
     private let key: SymmetricKey
 
-    init(keyMaterial: String) {
-        key = SymmetricKey(data: Data(base64URLEncoded: keyMaterial) ?? Data(keyMaterial.utf8))
+    init(key: SymmetricKey) {
+        self.key = key
     }
 
     func issue(_ claims: TokenClaims) -> String {
@@ -84,5 +112,64 @@ struct TokenIssuer: Sendable {
             claims.exp > now
         else { return nil }
         return claims
+    }
+}
+
+/// Failed password logins, counted per user and per address over a sliding window: past the limit, logins are
+/// refused (`too_many_requests`) until the window has passed, whether the password is right or not.
+final class LoginThrottle: Sendable {
+    struct Limits: Sendable {
+        var perUser = 10
+        var perAddress = 50
+        /// Milliseconds.
+        var window: Int64 = 5 * 60 * 1000
+    }
+
+    private struct Failures {
+        var count: Int
+        var since: Int64
+    }
+    private let failures = Mutex<[String: Failures]>([:])
+    private let limits: Limits
+    /// Entries kept at most; the oldest are forgotten first.
+    private static let capacity = 100_000
+
+    init(limits: Limits = Limits()) {
+        self.limits = limits
+    }
+
+    private static func keys(app: Int64, username: String, address: String?) -> [(String, KeyPath<Limits, Int>)] {
+        [("u/\(app)/\(username)", \.perUser)] + (address.map { [("a/\(app)/\($0)", \.perAddress)] } ?? [])
+    }
+
+    /// Throws `too_many_requests` when the user or the address failed too often lately.
+    func check(app: Int64, username: String, address: String?, now: Int64) throws {
+        let blocked = failures.withLock { table in
+            Self.keys(app: app, username: username, address: address).contains { key, limit in
+                guard let entry = table[key], now - entry.since < limits.window else { return false }
+                return entry.count >= limits[keyPath: limit]
+            }
+        }
+        if blocked { throw BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes") }
+    }
+
+    func recordFailure(app: Int64, username: String, address: String?, now: Int64) {
+        failures.withLock { table in
+            if table.count >= Self.capacity {
+                table = table.filter { now - $0.value.since < limits.window }
+                if table.count >= Self.capacity { table.removeAll() }  // a flood of addresses: start counting afresh
+            }
+            for (key, _) in Self.keys(app: app, username: username, address: address) {
+                if let entry = table[key], now - entry.since < limits.window {
+                    table[key] = Failures(count: entry.count + 1, since: entry.since)
+                } else {
+                    table[key] = Failures(count: 1, since: now)
+                }
+            }
+        }
+    }
+
+    func recordSuccess(app: Int64, username: String) {
+        _ = failures.withLock { $0.removeValue(forKey: "u/\(app)/\(username)") }
     }
 }

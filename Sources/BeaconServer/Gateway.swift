@@ -23,21 +23,45 @@ struct DeviceSession {
     var store: any BeaconStore { messages.store }
 
     /// Runs until the device disconnects, is replaced by a new connection of the same device, or is kicked.
+    ///
+    /// The device counts as online from its registration, before `welcome` is written, until it is unregistered —
+    /// whatever ends the session, errors included. When it goes offline, the messages it was online for and that
+    /// no device of the user acknowledged have their pushes decided again.
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
-        let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
-        try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         registry.register(outbox)
+        let result: Result<Void, any Error>
+        do {
+            try await runOnline(outbox: outbox, inbound: inbound, outbound: outbound)
+            result = .success(())
+        } catch {
+            result = .failure(error)
+        }
+        outbox.finish()
+        let wentOffline = registry.unregister(outbox)
+        do {
+            try await cursors.flush(username: username, app: app.id)
+        } catch {
+            logger.error("writing the cursor of a disconnected device failed", metadata: ["error": "\(error)"])
+        }
+        // Replaced by a new connection of the same device: it is still online.
+        if wentOffline { await messages.router?.deviceWentOffline(username, app: app) }
+        try result.get()
+    }
+
+    private func runOnline(outbox: DeviceOutbox, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
+        // Seen now: the cursor of a device that comes back is kept through retention.
+        cursors.advance(username, device: deviceID, app: app.id, to: cursor)
         // The user is back: the badge counts from zero again.
         try await store.setBadge(of: username, app: app.id, to: 0)
+        try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         outbox.requestSync()
-        defer { registry.unregister(outbox) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await runWriter(outbox: outbox, outbound: outbound, from: cursor) }
             defer { outbox.finish() }
             try await runReader(inbound: inbound, outbox: outbox)
         }
-        try await cursors.flush(username: username, app: app.id)
     }
 
     // MARK: Reading
@@ -47,43 +71,58 @@ struct DeviceSession {
         var acked: Int64 = 0
         for try await message in inbound.messages(maxSize: Self.maxFrameBytes) {
             guard case .text(let text) = message else {
-                outbox.reply(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"))
+                answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
                 continue
             }
             let frame: ClientFrame
             do {
                 frame = try decoder.decode(ClientFrame.self, from: Data(text.utf8))
             } catch {
-                outbox.reply(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(describe(error))"))
+                // The `id` of a malformed send still comes back, so that the client can fail that send.
+                let id = (try? decoder.decode(FrameReference.self, from: Data(text.utf8)))?.id
+                answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(describe(error))"), on: outbox)
                 continue
             }
             switch frame {
             case .ping:
-                outbox.reply(.pong)
+                answer(.pong, on: outbox)
             case .sync:
-                outbox.requestSync()
+                outbox.requestSync(fromAcknowledged: true)
             case .logout:
                 // Offline from here on, before the device hears back: a message sent after its logout returns is pushed.
-                registry.unregister(outbox)
-                try await cursors.flush(username: username, app: app.id)
+                if registry.unregister(outbox) {
+                    try await cursors.flush(username: username, app: app.id)
+                    await messages.router?.deviceWentOffline(username, app: app)
+                }
                 outbox.close(reason: "logout")
             case .ack(let seq):
                 guard seq > acked else { continue }
                 acked = seq
                 cursors.advance(username, device: deviceID, app: app.id, to: seq)
             case .send(let request):
-                outbox.reply(await send(request))
+                answer(await send(request), on: outbox)
             }
         }
     }
 
+    /// Queues an answer; a device that stopped reading its answers is disconnected rather than left without one
+    /// (it reconnects, and a retried `send` with the same `id` gets its `sent`).
+    private func answer(_ frame: ServerFrame, on outbox: DeviceOutbox) {
+        if !outbox.reply(frame) { outbox.close(reason: "overloaded") }
+    }
+
     private func send(_ request: ClientFrame.SendRequest) async -> ServerFrame {
+        guard (1...128).contains(request.id.utf8.count) else {
+            return .error(id: request.id, code: BeaconError.Code.illegalArgument.rawValue, description: "id must be 1-128 bytes")
+        }
         let outgoing = OutgoingMessage(
             from: username, chatType: request.chatType, type: request.type, body: request.body, ext: request.ext ?? [:],
             onlineOnly: request.routetype == RouteType.online, originDevice: deviceID, copyToSender: true)
         do {
-            let sent = try await messages.send(outgoing, to: [request.to], app: app, enforceMembership: true)
-            let message = sent[0].1
+            // A retried send (same `id` from this device) is answered with the first one's message.
+            let receipt = SendReceipt(scope: "ws:\(username)/\(deviceID)", reference: request.id, now: messages.now())
+            let sent = try await messages.send(outgoing, to: [request.to], app: app, enforceMembership: true, receipt: receipt)
+            guard let message = sent.first else { throw BeaconError(.internalError, "a send stored no message") }
             return .sent(id: request.id, messageID: String(message.id), timestamp: message.timestamp)
         } catch {
             let failure = BeaconError(wrapping: error, logger: logger)
@@ -115,6 +154,10 @@ struct DeviceSession {
                     try await deliver(entry, to: outbound)
                     delivered = entry.seq
                 }
+            }
+            if pending.fromAcknowledged {
+                // The device asked to sync: everything after what it acknowledged comes again.
+                delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
             }
             if mustFetch {
                 delivered = try await fetch(after: delivered, to: outbound)
@@ -151,6 +194,11 @@ struct DeviceSession {
         let data = try JSONEncoder().encode(frame)
         try await outbound.writeTextMessage(String(decoding: data, as: UTF8.self))
     }
+}
+
+/// The `id` of a client frame that could not be decoded as a whole.
+private struct FrameReference: Decodable {
+    var id: String?
 }
 
 func describe(_ error: any Error) -> String {

@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconPush
 import BeaconStorage
+import Logging
 import Synchronization
 
 /// One message to send, before ids and timestamps are assigned.
@@ -18,26 +19,37 @@ struct OutgoingMessage: Sendable {
     var copyToSender: Bool
 }
 
+/// One target's message as the sender learns it: its id and server timestamp.
+struct SentMessage: Sendable, Hashable {
+    var target: String
+    var id: UInt64
+    var timestamp: Int64
+}
+
 /// Validates, numbers, stores and dispatches messages: the one path every send takes, REST or WebSocket.
+/// Store first, then route: every message is stored (all targets of one send in one transaction) before anyone
+/// gets it live and before its pushes are decided.
 final class MessageService: Sendable {
     let store: any BeaconStore
     let registry: ConnectionRegistry
-    let planner: PushPlanner
-    let pushWorker: PushWorker?
+    let router: PushRouter?
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
+    private let logger: Logger
 
     init(
-        store: any BeaconStore, registry: ConnectionRegistry, pushWorker: PushWorker?, node: UInt16,
-        clock: @escaping @Sendable () -> Int64
+        store: any BeaconStore, registry: ConnectionRegistry, router: PushRouter?, node: UInt16, clock: @escaping @Sendable () -> Int64,
+        logger: Logger
     ) {
         self.store = store
         self.registry = registry
-        self.pushWorker = pushWorker
-        self.planner = PushPlanner(store: store, presence: registry, clock: clock)
+        self.router = router
         self.clock = clock
         self.ids = Mutex(MessageIDGenerator(node: node))
+        self.logger = logger
     }
+
+    func now() -> Int64 { clock() }
 
     func nextID() -> (id: UInt64, timestamp: Int64) {
         let now = clock()
@@ -86,36 +98,56 @@ final class MessageService: Sendable {
         }
     }
 
-    /// Sends to each target in turn; returns each target's message.
-    func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool) async throws -> [(String, Message)] {
+    /// Sends to every target, all or nothing; returns each target's message. A `receipt` already stored answers the
+    /// first send's messages and stores nothing.
+    func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool, receipt: SendReceipt? = nil)
+        async throws -> [SentMessage]
+    {
         let recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
-        var sent: [(String, Message)] = []
-        for target in targets {
-            sent.append((target, try await deliver(outgoing, to: target, recipients: recipients[target] ?? [], app: app)))
+        var seen: Set<String> = []
+        let messages = targets.filter { seen.insert($0).inserted }.map { target in
+            let (id, timestamp) = nextID()
+            return (
+                Message(
+                    id: id, from: outgoing.from, to: target, chatType: outgoing.chatType, type: outgoing.type, body: outgoing.body,
+                    ext: outgoing.ext, timestamp: timestamp, onlineOnly: outgoing.onlineOnly),
+                recipients[target] ?? []
+            )
         }
-        return sent
-    }
-
-    /// Stores (unless online-only) and dispatches one message. Returns once it is stored.
-    private func deliver(_ outgoing: OutgoingMessage, to target: String, recipients: [String], app: AppRecord) async throws -> Message {
-        let (id, timestamp) = nextID()
-        let message = Message(
-            id: id, from: outgoing.from, to: target, chatType: outgoing.chatType, type: outgoing.type, body: outgoing.body,
-            ext: outgoing.ext, timestamp: timestamp, onlineOnly: outgoing.onlineOnly)
-        let copyToSender = outgoing.copyToSender && !recipients.contains(outgoing.from)
         if outgoing.onlineOnly {
-            registry.deliverOnline(
-                message, to: recipients + (copyToSender ? [outgoing.from] : []), app: app.id, exceptDevice: outgoing.originDevice)
-            return message
+            for (message, recipients) in messages {
+                let copyToSender = outgoing.copyToSender && !recipients.contains(outgoing.from)
+                registry.deliverOnline(
+                    message, to: recipients + (copyToSender ? [outgoing.from] : []), app: app.id, exceptDevice: outgoing.originDevice)
+            }
+            return messages.map { SentMessage(target: $0.0.to, id: $0.0.id, timestamp: $0.0.timestamp) }
         }
-        var deliveries = recipients.map { Delivery(username: $0) }
-        if copyToSender {
-            deliveries.append(Delivery(username: outgoing.from, originDevice: outgoing.originDevice))
+        let routes = router != nil && outgoing.type != .cmd
+        let new = messages.map { message, recipients in
+            var deliveries = recipients.map { Delivery(username: $0) }
+            if outgoing.copyToSender && !recipients.contains(outgoing.from) {
+                deliveries.append(Delivery(username: outgoing.from, originDevice: outgoing.originDevice))
+            }
+            return NewMessage(message: message, deliveries: deliveries, routesPushes: routes && !recipients.isEmpty)
         }
-        let pushes = pushWorker == nil ? nil : try await planner.plan(for: message, recipients: recipients, app: app)
-        let entries = try await store.append(message, app: app.id, deliveries: deliveries, pushes: pushes)
-        registry.deliver(entries, app: app.id)
-        if pushes != nil { pushWorker?.jobsStored() }
-        return message
+        switch try await store.append(new, app: app.id, receipt: receipt) {
+        case .repeated(let earlier):
+            return earlier.sorted { $0.key < $1.key }.map {
+                SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value))
+            }
+        case .stored(let entries):
+            registry.deliver(entries, app: app.id)
+            if let router {
+                for (message, recipients) in messages where routes && !recipients.isEmpty {
+                    do {
+                        try await router.route(message, recipients: recipients.filter { $0 != message.from }, app: app)
+                    } catch {
+                        // The message is stored with its pending route: the router's sweep decides its pushes shortly.
+                        logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])
+                    }
+                }
+            }
+            return messages.map { SentMessage(target: $0.0.to, id: $0.0.id, timestamp: $0.0.timestamp) }
+        }
     }
 }

@@ -33,12 +33,14 @@ final class ConnectionRegistry: PresenceRegistry {
         replaced?.close(reason: "replaced")
     }
 
-    /// Removes the connection if it is still the registered one for its device.
-    func unregister(_ outbox: DeviceOutbox) {
+    /// Removes the connection if it is still the registered one for its device; true if it was.
+    @discardableResult
+    func unregister(_ outbox: DeviceOutbox) -> Bool {
         connections.withLock { table in
-            guard table[outbox.user]?[outbox.deviceID] === outbox else { return }
+            guard table[outbox.user]?[outbox.deviceID] === outbox else { return false }
             table[outbox.user]?[outbox.deviceID] = nil
             if table[outbox.user]?.isEmpty == true { table[outbox.user] = nil }
+            return true
         }
     }
 
@@ -94,6 +96,8 @@ final class DeviceOutbox: Sendable {
         var onlineOnly: [Message] = []
         /// Stored messages were dropped (or the device asked to sync): read the store instead.
         var mustFetch = false
+        /// The sync starts again from the device's acknowledged cursor (its `sync` frame).
+        var fromAcknowledged = false
         var announceSynced = false
         var closeReason: String?
     }
@@ -138,11 +142,13 @@ final class DeviceOutbox: Sendable {
         return accepted
     }
 
-    /// Asks the writer to read everything after the device's position from the store, then say `synced`.
-    func requestSync() {
+    /// Asks the writer to read everything after the device's position (or, `fromAcknowledged`, after what it
+    /// acknowledged) from the store, then say `synced`.
+    func requestSync(fromAcknowledged: Bool = false) {
         state.withLock { pending in
             pending.stored.removeAll()
             pending.mustFetch = true
+            pending.fromAcknowledged = pending.fromAcknowledged || fromAcknowledged
             pending.announceSynced = true
         }
         wake.yield()

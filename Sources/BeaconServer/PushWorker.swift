@@ -7,96 +7,10 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// Decides, for every recipient of a stored message and each of their bound devices, whether to push (SPEC §3,
-/// `PushDecision`), and renders the jobs — pushed or skipped with a reason — stored in the same transaction as the
-/// message (see `PushPlan`).
-struct PushPlanner: Sendable {
-    let store: any BeaconStore
-    let presence: any PresenceRegistry
-    let clock: @Sendable () -> Int64
-
-    /// Default lifetime at APNs (`apns-expiration` = now + this).
-    static let expirationSeconds: Int64 = 24 * 3600
-
-    func plan(for message: Message, recipients: [String], app: AppRecord) async throws -> PushPlan? {
-        // Never pushable whoever receives them: not worth a record per recipient.
-        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return nil }
-        let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        guard !configs.isEmpty else { return nil }
-        let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
-        let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
-        let senderNickname = try await store.user(message.from, app: app.id)?.nickname
-        let templates = Dictionary(
-            try await store.templates(app: app.id).map { ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern)) },
-            uniquingKeysWith: { first, _ in first })
-        var appLevel: [String: AppPushSettings] = [:]
-        var conversation: [String: ConversationPushSettings] = [:]
-        for record in records {
-            if record.scope.isEmpty {
-                appLevel[record.username] = AppPushSettings(
-                    remindType: record.remindType.flatMap(RemindType.init), quietHours: record.quietHours.flatMap { try? DailyQuietHours.parse($0) },
-                    silentUntil: record.silentUntil)
-            } else {
-                conversation[record.username] = ConversationPushSettings(
-                    remindType: record.remindType.flatMap(RemindType.init), silentUntil: record.silentUntil)
-            }
-        }
-        let policy = try await store.pushPolicy(app: app.id)
-        let multiDevice = MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline
-        let appZone = TimeZone(identifier: policy.timezone) ?? .gmt
-        let strings = DisplayStrings(overrides: policy.displayStrings)
-        var online: [String: Set<String>] = [:]
-        for recipient in recipients {
-            let devices = presence.onlineDevices(of: recipient, app: app.id)
-            if !devices.isEmpty { online[recipient] = Set(devices) }
-        }
-        let now = clock()
-        let expiration = now / 1000 + Self.expirationSeconds
-        // Silent messages, and Tencent's BadgeMode 1, leave the badge as it is.
-        let badgeUnchanged = message.ext["em_ignore_notification"]?.boolValue == true
-            || message.ext["em_apns_ext"]?["em_push_badge_unchanged"]?.boolValue == true
-        let raisesBadge = badgeUnchanged ? [] : Set(recipients.filter { online[$0] == nil })
-        return PushPlan(recipients: recipients, raisesBadge: raisesBadge) { [online, appLevel, conversation] username, badge, bindings in
-            let profile = profiles[username] ?? PushProfile()
-            let onlineDevices = online[username] ?? []
-            let context = PushContext(
-                message: message, recipient: username,
-                devices: bindings.map { BoundDevice(deviceID: $0.deviceID, notifier: $0.notifier, online: onlineDevices.contains($0.deviceID)) },
-                anyDeviceOnline: !onlineDevices.isEmpty, policy: multiDevice, appSettings: appLevel[username] ?? AppPushSettings(),
-                conversationSettings: conversation[username] ?? ConversationPushSettings(),
-                timeZone: profile.timeZone.flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
-            let payload = try? PayloadBuilder.build(
-                PayloadInput(
-                    message: message, receiver: username, badge: badge, senderNickname: senderNickname,
-                    style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, strings: strings, language: profile.language,
-                    templates: templates,
-                    receiverTemplate: profile.template))
-            return zip(bindings, PushDecision.decide(context)).map { binding, decision in
-                let config = configs[binding.notifier]
-                let skip = decision.skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
-                    ?? (payload == nil ? BeaconError.Code.requestTooLarge.rawValue : nil)
-                // VoIP pushes go to the `.voip` topic of a configuration that has VoIP enabled.
-                let voip = payload?.voip == true && config?.voip == true
-                return NewPushJob(
-                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                    topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
-                    pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: expiration,
-                    collapseID: payload?.collapseID, apnsID: UUID().uuidString.lowercased(), payload: skip == nil ? payload?.json ?? "" : "",
-                    skipReason: skip)
-            } + (bindings.isEmpty ? [Self.skipped(username, .noBinding)] : [])
-        }
-    }
-
-    private static func skipped(_ username: String, _ reason: SkipReason) -> NewPushJob {
-        NewPushJob(
-            username: username, deviceID: "", notifier: "", deviceToken: "", topic: "", pushType: APNsPushType.alert.rawValue, priority: 10,
-            expiration: 0, collapseID: nil, apnsID: "", payload: "", skipReason: reason.rawValue)
-    }
-}
-
-/// Sends stored push jobs: claims due jobs, sends them concurrently, records every attempt, retries transient
-/// failures with exponential backoff and jitter until `maxAge`, and removes bindings APNs says are dead.
-/// Jobs are leased, so a crash or restart resumes every unfinished one.
+/// Sends stored push jobs: claims due jobs, sends them concurrently, records each outcome as it arrives (a few
+/// milliseconds' worth per write), retries transient failures with exponential backoff and jitter until `maxAge`, and
+/// removes bindings APNs says are dead. Jobs are leased and fenced by their claim token, so a crash or restart resumes
+/// every unfinished one and no job is completed twice.
 final class PushWorker: Service, Sendable {
     let store: any BeaconStore
     let configs: PushConfigs
@@ -110,6 +24,8 @@ final class PushWorker: Service, Sendable {
     private let wake = WakeSignal()
 
     static let lease: Int64 = 60_000
+    /// Outcomes written per transaction, at most; they are written as soon as the previous write is done.
+    static let outcomesPerWrite = 256
 
     init(
         store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
@@ -130,6 +46,12 @@ final class PushWorker: Service, Sendable {
     }
 
     func run() async throws {
+        // This process is the only one pushing from its store: claims of an earlier process died with it.
+        do {
+            try await store.releasePushClaims()
+        } catch {
+            logger.error("releasing earlier push claims failed", metadata: ["error": "\(error)"])
+        }
         while !Task.isShuttingDownGracefully {
             let worked: Bool
             do {
@@ -157,23 +79,37 @@ final class PushWorker: Service, Sendable {
         for job in jobs where configurations["\(job.appID)/\(job.job.notifier)"] == nil {
             configurations["\(job.appID)/\(job.job.notifier)"] = .some(try await store.pushConfig(job.job.notifier, app: job.appID))
         }
-        let outcomes = await withTaskGroup(of: PushAttemptOutcome.self) { group in
-            for job in jobs {
-                let config = configurations["\(job.appID)/\(job.job.notifier)"] ?? nil
-                group.addTask { await self.attempt(job, config: config) }
+        let outcomes = OutcomeBuffer()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.record(outcomes) }
+            await withTaskGroup(of: Void.self) { sends in
+                for job in jobs {
+                    let config = configurations["\(job.appID)/\(job.job.notifier)"] ?? nil
+                    sends.addTask { outcomes.add(await self.attempt(job, config: config)) }
+                }
             }
-            var outcomes: [PushAttemptOutcome] = []
-            for await outcome in group { outcomes.append(outcome) }
-            return outcomes
+            outcomes.finish()
         }
-        try await store.recordPushAttempts(outcomes, now: clock())
-        onRecorded?(outcomes)
         return true
+    }
+
+    /// Writes outcomes as they arrive: whatever came in while the previous write ran goes in the next one.
+    private func record(_ outcomes: OutcomeBuffer) async {
+        while let batch = await outcomes.next(upTo: Self.outcomesPerWrite) {
+            do {
+                try await store.recordPushAttempts(batch, now: clock())
+                onRecorded?(batch)
+            } catch {
+                // The claim's lease runs out and the jobs are tried again: at-least-once.
+                logger.error("recording push outcomes failed", metadata: ["error": "\(error)", "count": "\(batch.count)"])
+            }
+        }
     }
 
     private func attempt(_ job: PushJob, config: PushConfigRecord?) async -> PushAttemptOutcome {
         guard let config else {
-            return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
+            return PushAttemptOutcome(
+                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
         }
         let client: APNsClient
         do {
@@ -187,12 +123,12 @@ final class PushWorker: Service, Sendable {
             apnsID: UUID(uuidString: job.job.apnsID) ?? UUID(), payload: Array(job.job.payload.utf8))
         do {
             _ = try await client.send(notification)
-            return PushAttemptOutcome(jobID: job.id, status: .sent, httpStatus: 200, reason: nil)
+            return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
         } catch {
             switch error {
             case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
                 await removeDeadBinding(job, reason: reason, timestamp: timestamp)
-                return PushAttemptOutcome(jobID: job.id, status: .failed, httpStatus: status, reason: reason?.rawValue)
+                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)
             case .rejected(let status, let reason, _, _):
                 return retryOrGiveUp(job, httpStatus: status, reason: reason?.rawValue)
             default:
@@ -224,16 +160,51 @@ final class PushWorker: Service, Sendable {
     private func retryOrGiveUp(_ job: PushJob, httpStatus: Int?, reason: String?) -> PushAttemptOutcome {
         let now = clock()
         guard now - job.createdAt < maxAge else {
-            return PushAttemptOutcome(jobID: job.id, status: .expired, httpStatus: httpStatus, reason: reason)
+            return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .expired, httpStatus: httpStatus, reason: reason)
         }
         return PushAttemptOutcome(
-            jobID: job.id, status: .pending, httpStatus: httpStatus, reason: reason, nextAttemptAt: now + Self.backoff(attempt: job.attempts))
+            jobID: job.id, claimToken: job.claimToken, status: .pending, httpStatus: httpStatus, reason: reason, nextAttemptAt: now + Self.backoff(attempt: job.attempts))
     }
 
     /// Milliseconds before attempt `attempt + 1`: 1 s doubling to 10 min, ±20 % jitter.
     static func backoff(attempt: Int, random: Double = Double.random(in: 0.8...1.2)) -> Int64 {
         let base = min(1000 * pow(2, Double(max(attempt - 1, 0))), 600_000)
         return Int64(base * random)
+    }
+}
+
+/// Outcomes of one batch's sends, handed from the sending tasks to the one that records them.
+final class OutcomeBuffer: Sendable {
+    private struct State {
+        var outcomes: [PushAttemptOutcome] = []
+        var finished = false
+    }
+    private let state = Mutex(State())
+    private let wake = WakeSignal()
+
+    func add(_ outcome: PushAttemptOutcome) {
+        state.withLock { $0.outcomes.append(outcome) }
+        wake.signal()
+    }
+
+    /// No more outcomes will come.
+    func finish() {
+        state.withLock { $0.finished = true }
+        wake.signal()
+    }
+
+    /// Up to `limit` outcomes, waiting for the first; nil once finished and empty.
+    func next(upTo limit: Int) async -> [PushAttemptOutcome]? {
+        while true {
+            let (taken, finished) = state.withLock { state in
+                let taken = Array(state.outcomes.prefix(limit))
+                state.outcomes.removeFirst(taken.count)
+                return (taken, state.finished)
+            }
+            if !taken.isEmpty { return taken }
+            if finished { return nil }
+            await wake.wait(upTo: .seconds(1))
+        }
     }
 }
 

@@ -27,51 +27,60 @@ struct Routes {
     let pushConfigs: PushConfigs?
     let tokenLifetimeSeconds: Int
     let passwordHashRounds: Int
+    let logins: LoginThrottle
     let onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
 
     var store: any BeaconStore { api.store }
 
-    func register(on router: Router<some RequestContext>) {
+    /// Registers every REST route under `/:org/:app`, recording each in `table` (for 405 answers).
+    func register(on router: Router<BeaconRequestContext>, table: RouteTable) {
         let app = router.group("/:org/:app")
-        app.post("token", use: token)
-        app.post("users", use: createUsers)
-        app.get("users/:username", use: getUser)
-        app.put("users/:username", use: updateUser)
-        app.delete("users/:username", use: deleteUser)
-        app.get("users/:username/offline_msg_count", use: offlineCount)
-        app.get("users/:username/offline_msg_status/:msgid", use: offlineStatus)
-        app.get("users/:username/disconnect", use: disconnect)
-        app.post("users/:username/disconnect", use: disconnect)
-        app.post("chatgroups", use: createGroup)
-        app.get("chatgroups/:group", use: getGroup)
-        app.get("chatgroups/:group/users", use: groupMembers)
-        app.post("chatgroups/:group/users/:username", use: addGroupMember)
-        app.delete("chatgroups/:group/users/:username", use: removeGroupMember)
-        app.post("messages/users", use: { try await send($0, $1, chatType: .chat) })
-        app.post("messages/chatgroups", use: { try await send($0, $1, chatType: .groupchat) })
-        app.post("messages", use: sendLegacy)
-        app.post("push/certificates", use: uploadPushConfig)
-        app.get("push/certificates", use: listPushConfigs)
-        app.delete("push/certificates/:name", use: deletePushConfig)
-        app.put("users/:username/push/binding", use: bind)
-        app.get("users/:username/push/binding", use: listBindings)
-        app.get("push/deliveries", use: deliveries)
+        func add(
+            _ method: HTTPRequest.Method, _ path: String,
+            _ handler: @escaping @Sendable (Request, BeaconRequestContext) async throws -> Response
+        ) {
+            app.on(RouterPath(path), method: method, use: handler)
+            table.add(method, "/:org/:app/" + path)
+        }
+        add(.post, "token", token)
+        add(.post, "users", createUsers)
+        add(.get, "users/:username", getUser)
+        add(.put, "users/:username", updateUser)
+        add(.delete, "users/:username", deleteUser)
+        add(.get, "users/:username/offline_msg_count", offlineCount)
+        add(.get, "users/:username/offline_msg_status/:msgid", offlineStatus)
+        add(.get, "users/:username/disconnect", disconnect)
+        add(.post, "users/:username/disconnect", disconnect)
+        add(.post, "chatgroups", createGroup)
+        add(.get, "chatgroups/:group", getGroup)
+        add(.get, "chatgroups/:group/users", groupMembers)
+        add(.post, "chatgroups/:group/users/:username", addGroupMember)
+        add(.delete, "chatgroups/:group/users/:username", removeGroupMember)
+        add(.post, "messages/users", { try await send($0, $1, chatType: .chat) })
+        add(.post, "messages/chatgroups", { try await send($0, $1, chatType: .groupchat) })
+        add(.post, "messages", sendLegacy)
+        add(.post, "push/certificates", uploadPushConfig)
+        add(.get, "push/certificates", listPushConfigs)
+        add(.delete, "push/certificates/:name", deletePushConfig)
+        add(.put, "users/:username/push/binding", bind)
+        add(.get, "users/:username/push/binding", listBindings)
+        add(.get, "push/deliveries", deliveries)
         let settings = SettingsRoutes(api: api, ownUser: { try await ownUser($0, $1) })
-        app.put("users/:username/notification/:chattype/:key", use: settings.put)
-        app.get("users/:username/notification/:chattype/:key", use: settings.get)
-        app.post("users/:username/notification/query", use: settings.query)
-        app.put("push/policy", use: settings.putPolicy)
-        app.get("push/policy", use: settings.getPolicy)
+        add(.put, "users/:username/notification/:chattype/:key", settings.put)
+        add(.get, "users/:username/notification/:chattype/:key", settings.get)
+        add(.post, "users/:username/notification/query", settings.query)
+        add(.put, "push/policy", settings.putPolicy)
+        add(.get, "push/policy", settings.getPolicy)
         let templates = TemplateRoutes(api: api, ownUser: { try await ownUser($0, $1) })
-        app.post("notification/template", use: templates.create)
-        app.get("notification/template/:name", use: templates.get)
-        app.put("notification/template/:name", use: templates.update)
-        app.delete("notification/template/:name", use: templates.delete)
-        app.put("users/:username/notification/template", use: templates.choose)
-        app.get("users/:username/notification/template", use: templates.chosen)
-        app.put("users/:username/notification/language", use: templates.setLanguage)
-        app.get("users/:username/notification/language", use: templates.getLanguage)
-        app.put("push/nickname", use: templates.nicknames)
+        add(.post, "notification/template", templates.create)
+        add(.get, "notification/template/:name", templates.get)
+        add(.put, "notification/template/:name", templates.update)
+        add(.delete, "notification/template/:name", templates.delete)
+        add(.put, "users/:username/notification/template", templates.choose)
+        add(.get, "users/:username/notification/template", templates.chosen)
+        add(.put, "users/:username/notification/language", templates.setLanguage)
+        add(.get, "users/:username/notification/language", templates.getLanguage)
+        add(.put, "push/nickname", templates.nicknames)
     }
 
     // MARK: Tokens
@@ -81,7 +90,7 @@ struct Routes {
         let body = try await api.body(TokenRequest.self, from: request)
         let now = api.clock()
         let lifetime = min(max(body.ttl ?? tokenLifetimeSeconds, 1), 60 * 24 * 3600)
-        var claims = TokenClaims(app: app.id, user: nil, iat: now, exp: now + Int64(lifetime) * 1000)
+        var claims = TokenClaims(app: app.id, user: nil, uid: nil, iat: now, exp: now + Int64(lifetime) * 1000)
         switch body.grantType {
         case "client_credentials":
             guard body.clientID == app.clientID, let secret = body.clientSecret,
@@ -89,11 +98,19 @@ struct Routes {
             else { throw BeaconError(.invalidGrant, "client_id or client_secret is wrong") }
             return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, application: "\(app.key.org)#\(app.key.name)"))
         case "password":
-            guard let username = body.username, let password = body.password,
-                let user = try await store.user(username, app: app.id),
-                Credentials.verifyPassword(password, hash: user.passwordHash)
-            else { throw BeaconError(.invalidGrant, "username or password is wrong") }
+            guard let username = body.username, let password = body.password, password.utf8.count <= 1024 else {
+                throw BeaconError(.invalidGrant, "username or password is wrong")
+            }
+            let address = (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress
+            try logins.check(app: app.id, username: username, address: address, now: now)
+            let user = try await store.user(username, app: app.id)
+            guard try await Credentials.verifyPasswordOffLoop(password, hash: user?.passwordHash, rounds: passwordHashRounds), let user else {
+                logins.recordFailure(app: app.id, username: username, address: address, now: now)
+                throw BeaconError(.invalidGrant, "username or password is wrong")
+            }
+            logins.recordSuccess(app: app.id, username: username)
             claims.user = username
+            claims.uid = user.uuid
             return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, user: entity(user)))
         default:
             throw BeaconError.illegal("grant_type must be client_credentials or password")
@@ -112,7 +129,13 @@ struct Routes {
             try Validation.validateUsername(user.username)
             try Validation.validatePassword(user.password)
             if let nickname = user.nickname { try Validation.validateNickname(nickname) }
-            newUsers.append(NewUser(username: user.username, passwordHash: try Credentials.hashPassword(user.password, rounds: passwordHashRounds), nickname: user.nickname))
+        }
+        if let duplicate = Dictionary(grouping: requests, by: \.username).first(where: { $0.value.count > 1 })?.key {
+            throw BeaconError(.duplicate, "username \(duplicate) appears twice in the request")
+        }
+        for user in requests {
+            let hash = try await Credentials.hashPasswordOffLoop(user.password, rounds: passwordHashRounds)
+            newUsers.append(NewUser(username: user.username, passwordHash: hash, nickname: user.nickname))
         }
         let created = try await store.createUsers(newUsers, app: app.id, now: api.clock())
         return api.respond(request, app: app, action: "post", entities: created.map(entity))
@@ -147,8 +170,9 @@ struct Routes {
         guard let user = try await store.user(username, app: app.id) else {
             throw BeaconError(.userNotFound, "user \(username) does not exist")
         }
+        // Deleted first, then disconnected: a reconnect in between finds no user, and the pending pushes are cancelled.
+        _ = try await store.deleteUser(username, app: app.id, now: api.clock())
         registry.disconnectAll(of: username, app: app.id, reason: "kicked")
-        _ = try await store.deleteUser(username, app: app.id)
         return api.respond(request, app: app, action: "delete", entities: [entity(user)])
     }
 
@@ -355,11 +379,15 @@ struct Routes {
     struct BindingView: Codable, Sendable {
         var deviceID: String
         var deviceToken: String
+        var voipToken: String?
         var notifierName: String
-        enum CodingKeys: String, CodingKey { case deviceID = "device_id", deviceToken = "device_token", notifierName = "notifier_name" }
+        enum CodingKeys: String, CodingKey {
+            case deviceID = "device_id", deviceToken = "device_token", voipToken = "voip_token", notifierName = "notifier_name"
+        }
         init(_ binding: PushBinding) {
             deviceID = binding.deviceID
             deviceToken = binding.deviceToken
+            voipToken = binding.voipToken
             notifierName = binding.notifier
         }
     }
@@ -379,13 +407,19 @@ struct Routes {
             if body.deviceToken.isEmpty {
                 try await store.unbind(username: user.username, deviceID: body.deviceID, notifier: body.notifierName, app: app.id)
             } else {
-                guard body.deviceToken.utf8.count <= 256, APNsDeviceToken.isWellFormed(body.deviceToken) else {
-                    throw BeaconError.illegal("device_token must be the hex form of the APNs device token")
+                for token in [body.deviceToken] + (body.voipToken.map { [$0] } ?? []) {
+                    guard token.utf8.count <= 256, APNsDeviceToken.isWellFormed(token) else {
+                        throw BeaconError.illegal("device_token and voip_token must be the hex form of an APNs device token")
+                    }
+                }
+                let voipToken = body.voipToken?.lowercased()
+                guard voipToken != body.deviceToken.lowercased() else {
+                    throw BeaconError.illegal("voip_token is PushKit's token, which differs from the alert device_token")
                 }
                 try await store.bind(
                     PushBinding(
                         username: user.username, deviceID: body.deviceID, notifier: body.notifierName,
-                        deviceToken: body.deviceToken.lowercased(), boundAt: api.clock()),
+                        deviceToken: body.deviceToken.lowercased(), voipToken: voipToken, boundAt: api.clock()),
                     app: app.id)
             }
         }
@@ -460,7 +494,7 @@ struct Routes {
         return try await send(
             request, app: app, caller: caller, from: body.from, to: body.to, chatType: chatType, type: body.type, body: body.body,
             ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: body.syncDevice ?? false,
-            routetype: body.routetype)
+            routetype: body.routetype, reference: body.msgID)
     }
 
     @Sendable func sendLegacy(_ request: Request, _ context: some RequestContext) async throws -> Response {
@@ -481,12 +515,12 @@ struct Routes {
         return try await send(
             request, app: app, caller: caller, from: body.from, to: body.target, chatType: chatType, type: type,
             body: .object(fields), ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: false,
-            routetype: nil)
+            routetype: nil, reference: body.msgID)
     }
 
     private func send(
         _ request: Request, app: AppRecord, caller: Caller, from: String?, to targets: [String], chatType: ChatType, type: MessageType,
-        body: JSONValue, ext: [String: JSONValue]?, syncDevice: Bool, routetype: String?
+        body: JSONValue, ext: [String: JSONValue]?, syncDevice: Bool, routetype: String?, reference: String?
     ) async throws -> Response {
         let sender: String
         switch caller {
@@ -502,9 +536,19 @@ struct Routes {
         let outgoing = OutgoingMessage(
             from: sender, chatType: chatType, type: type, body: body, ext: ext ?? [:], onlineOnly: routetype == RouteType.online,
             originDevice: nil, copyToSender: senderIsUser && (syncDevice || chatType == .groupchat))
-        let sent = try await messages.send(outgoing, to: targets, app: app, enforceMembership: caller != .app)
+        // A retried send with the same reference (header or `msg_id`) answers the first send's ids and stores nothing.
+        var receipt: SendReceipt?
+        if let reference = request.headers.first(where: { $0.name.canonicalName == "idempotency-key" })?.value ?? reference {
+            guard (1...128).contains(reference.utf8.count) else { throw BeaconError.illegal("Idempotency-Key and msg_id are 1-128 bytes") }
+            let scope = switch caller {
+            case .app: "rest:app"
+            case .user(let name): "rest:user:\(name)"
+            }
+            receipt = SendReceipt(scope: scope, reference: reference, now: api.clock())
+        }
+        let sent = try await messages.send(outgoing, to: targets, app: app, enforceMembership: caller != .app, receipt: receipt)
         var data: [String: String] = [:]
-        for (target, message) in sent { data[target] = String(message.id) }
+        for message in sent { data[message.target] = String(message.id) }
         return api.respond(request, app: app, action: "post", data: data)
     }
 }

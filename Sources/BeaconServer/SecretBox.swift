@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import BeaconStorage
 
 /// Seals push credentials at rest with AES-GCM. The key comes from configuration (32 bytes, base64); without one,
 /// a key is generated in the data directory (mode 0600) and a warning is logged.
@@ -27,7 +28,7 @@ public struct SecretBox: Sendable {
         }
         let key = SymmetricKey(size: .bits256)
         let text = key.withUnsafeBytes { Data($0).base64EncodedString() }
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try SQLiteStore.createPrivateDirectory(directory)
         guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw BeaconConfigurationError("could not write \(path)")
         }
@@ -35,8 +36,17 @@ public struct SecretBox: Sendable {
         return SecretBox(key: key)
     }
 
+    /// A key for another purpose, derived from this one (HKDF-SHA256): nodes sharing the secret key share it, and it
+    /// is never stored anywhere.
+    public func derivedKey(for purpose: String) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: key, info: Array("beacon \(purpose)".utf8), outputByteCount: 32)
+    }
+
     public func seal(_ plaintext: [UInt8]) throws -> [UInt8] {
-        [UInt8](try AES.GCM.seal(plaintext, using: key).combined!)
+        guard let combined = try AES.GCM.seal(plaintext, using: key).combined else {
+            throw BeaconConfigurationError("AES-GCM produced no combined box")
+        }
+        return [UInt8](combined)
     }
 
     public func open(_ sealed: [UInt8]) throws -> [UInt8] {

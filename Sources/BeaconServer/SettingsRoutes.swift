@@ -163,7 +163,7 @@ struct SettingsRoutes {
 
     @Sendable func getPolicy(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
-        _ = try await api.caller(request, app: app)
+        try await api.caller(request, app: app).requireApp()
         let policy = try await store.pushPolicy(app: app.id)
         return api.respond(request, app: app, action: "get", data: PolicyView(policy))
     }
@@ -185,6 +185,12 @@ struct TemplateRoutes {
         enum CodingKeys: String, CodingKey {
             case name, titlePattern = "title_pattern", contentPattern = "content_pattern", createAt, updateAt
         }
+
+        /// `invalid_template` for a pattern over 1 KB or with a placeholder other than `{0}`…`{99}` and the built-ins.
+        func validatePatterns() throws(BeaconError) {
+            try PushTemplate.validate(pattern: titlePattern, field: "title_pattern")
+            try PushTemplate.validate(pattern: contentPattern, field: "content_pattern")
+        }
     }
 
     static func validName(_ name: String) -> Bool {
@@ -202,6 +208,7 @@ struct TemplateRoutes {
         try await api.caller(request, app: app).requireApp()
         let body = try await api.body(TemplateBody.self, from: request)
         guard let name = body.name, Self.validName(name) else { throw BeaconError.illegal("template name must be 1-64 of [A-Za-z0-9]") }
+        try body.validatePatterns()
         let now = api.clock()
         let record = PushTemplateRecord(name: name, titlePattern: body.titlePattern, contentPattern: body.contentPattern, createdAt: now, updatedAt: now)
         _ = try await store.saveTemplate(record, app: app.id, replace: false)
@@ -218,7 +225,7 @@ struct TemplateRoutes {
 
     @Sendable func get(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
-        _ = try await api.caller(request, app: app)
+        try await api.caller(request, app: app).requireApp()
         return api.respond(request, app: app, action: "get", data: view(try await template(context, app: app)))
     }
 
@@ -227,6 +234,7 @@ struct TemplateRoutes {
         try await api.caller(request, app: app).requireApp()
         var record = try await template(context, app: app)
         let body = try await api.body(TemplateBody.self, from: request)
+        try body.validatePatterns()
         record.titlePattern = body.titlePattern
         record.contentPattern = body.contentPattern
         record.updatedAt = api.clock()

@@ -29,8 +29,9 @@ public protocol BeaconStore: Sendable {
     func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord?
     /// Refuses every token issued to the user before `instant`.
     func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws
-    /// Deletes the user with their inbox, cursors and group memberships. False if there was none.
-    func deleteUser(_ username: String, app: Int64) async throws -> Bool
+    /// Deletes the user with their inbox, cursors, group memberships, push bindings and settings, and ends their
+    /// pending push jobs as `skipped` (`user_deleted`). False if there was none.
+    func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool
 
     // MARK: Groups
 
@@ -45,10 +46,11 @@ public protocol BeaconStore: Sendable {
 
     // MARK: Messages
 
-    /// Stores `message`, one inbox entry per delivery and the push jobs of `pushes`, atomically, and returns the
-    /// entries with their sequence numbers. Each push recipient's badge goes up by one before their jobs are rendered.
-    /// Deliveries to users that do not exist are skipped.
-    func append(_ message: Message, app: Int64, deliveries: [Delivery], pushes: PushPlan?) async throws -> [InboxEntry]
+    /// Stores every message with its inbox copies, all or nothing (deliveries to users that do not exist are skipped).
+    /// With a `receipt` whose reference was stored before in its scope, stores nothing and answers the earlier message
+    /// ids. A message that `routesPushes` gets a pending route in the same transaction, so that a crash before its
+    /// pushes are decided loses none (`pendingRoutes`, `recordRoute`).
+    func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult
     /// The user's inbox entries after `seq`, oldest first.
     func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
     /// The highest sequence number this device has acknowledged (0 for a new device).
@@ -79,6 +81,8 @@ public protocol BeaconStore: Sendable {
     func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws
     /// Removes every binding of the user (kick, logout everywhere).
     func unbindAll(username: String, app: Int64) async throws
+    /// The bindings of many users (absent: none).
+    func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]]
     /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms).
     /// Returns whether one was removed.
     func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool
@@ -102,12 +106,29 @@ public protocol BeaconStore: Sendable {
     func pushPolicy(app: Int64) async throws -> PushPolicyRecord
     func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws
 
+    // MARK: Push routing
+
+    /// Messages whose pending route was stored before `before` (ms), oldest first, with their recipients.
+    func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute]
+    /// Records the push decisions for one message: raises the badges of `raisesBadge`, puts each receiver's badge into
+    /// their jobs' payloads, stores the jobs, and removes what made the decision due (the pending route, or the online
+    /// skips being replaced). All or nothing; false, storing nothing, when that was already gone (decided elsewhere).
+    func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool
+    /// The user's messages whose bound devices were skipped as `online` and that no device of the user has acknowledged.
+    func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip]
+
     // MARK: Push jobs
 
-    /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again).
+    /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again), each under a
+    /// new claim token. Due jobs whose device binding no longer holds their token (unbound, moved to another user,
+    /// the user kicked or deleted) end as `skipped` with `binding_changed` instead.
     func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob]
-    /// Records attempts' outcomes.
-    func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws
+    /// Records attempts' outcomes, each only if its job is still pending under the outcome's claim token (a job
+    /// claimed again after its lease ran out cannot be completed twice). Returns how many were recorded.
+    @discardableResult
+    func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int
+    /// Lets go of every claim: the one process pushing from this store restarted, so nobody holds them any more.
+    func releasePushClaims() async throws
     /// Delivery records, newest first, filtered by user and/or message.
     func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob]
     /// The earliest time a pending job is due, if any.
@@ -115,14 +136,17 @@ public protocol BeaconStore: Sendable {
 
     // MARK: Retention
 
-    /// Drops inbox entries beyond the app's limits (count per conversation, age), messages no inbox holds, and
-    /// finished push records older than the age limit. Returns the number of inbox entries removed.
+    /// Drops inbox entries beyond the app's limits (count per conversation, age), messages no inbox holds, finished
+    /// push records, send receipts and cursors of devices unseen for the age limit. Works in small batches, each its
+    /// own short transaction, so that senders never wait long behind it. Returns the number of inbox entries removed.
     func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
 }
 
 extension BeaconStore {
-    /// Stores a message that pushes nobody.
+    /// Stores one message that pushes nobody.
     public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
-        try await append(message, app: app, deliveries: deliveries, pushes: nil)
+        guard case .stored(let entries) = try await append([NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)
+        else { return [] }
+        return entries
     }
 }

@@ -191,14 +191,18 @@ public struct PushBinding: Sendable, Hashable, Codable {
     public var username: String
     public var deviceID: String
     public var notifier: String
+    /// The alert token (`didRegisterForRemoteNotificationsWithDeviceToken`).
     public var deviceToken: String
+    /// The PushKit VoIP token of the same installation, if the app registered one: VoIP pushes go there.
+    public var voipToken: String?
     public var boundAt: Int64
 
-    public init(username: String, deviceID: String, notifier: String, deviceToken: String, boundAt: Int64) {
+    public init(username: String, deviceID: String, notifier: String, deviceToken: String, voipToken: String? = nil, boundAt: Int64) {
         self.username = username
         self.deviceID = deviceID
         self.notifier = notifier
         self.deviceToken = deviceToken
+        self.voipToken = voipToken
         self.boundAt = boundAt
     }
 }
@@ -216,13 +220,17 @@ public struct NewPushJob: Sendable, Hashable {
     public var collapseID: String?
     public var apnsID: String
     public var payload: String
+    /// Where the receiver's badge goes when the job is recorded: `,"badge":N` is inserted at this UTF-8 offset of
+    /// `payload`. Nil: the payload is final.
+    public var badgeOffset: Int?
     /// Set when the rules decided not to push: the job is recorded as `skipped` with this reason.
     public var skipReason: String?
 
     public init(
         username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: String, priority: Int,
-        expiration: Int64, collapseID: String?, apnsID: String, payload: String, skipReason: String? = nil
+        expiration: Int64, collapseID: String?, apnsID: String, payload: String, badgeOffset: Int? = nil, skipReason: String? = nil
     ) {
+        self.badgeOffset = badgeOffset
         self.skipReason = skipReason
         self.username = username
         self.deviceID = deviceID
@@ -267,12 +275,15 @@ public struct PushJob: Sendable, Hashable {
     public var nextAttemptAt: Int64
     /// Every attempt so far, oldest first (filled by `pushJobs`, empty from `claimPushJobs`).
     public var history: [PushAttempt]
+    /// The token of the claim that handed this job out (`claimPushJobs`): only that claim may record its outcome.
+    public var claimToken: Int64
 
     public init(
         id: Int64, appID: Int64, messageID: UInt64, job: NewPushJob, status: PushJobStatus, attempts: Int, lastStatus: Int?,
-        lastReason: String?, createdAt: Int64, updatedAt: Int64, nextAttemptAt: Int64, history: [PushAttempt] = []
+        lastReason: String?, createdAt: Int64, updatedAt: Int64, nextAttemptAt: Int64, history: [PushAttempt] = [], claimToken: Int64 = 0
     ) {
         self.history = history
+        self.claimToken = claimToken
         self.id = id
         self.appID = appID
         self.messageID = messageID
@@ -290,6 +301,8 @@ public struct PushJob: Sendable, Hashable {
 /// What became of one attempt.
 public struct PushAttemptOutcome: Sendable, Hashable {
     public var jobID: Int64
+    /// The claim the attempt was made under (`PushJob.claimToken`).
+    public var claimToken: Int64
     public var status: PushJobStatus
     /// HTTP status from APNs, if it answered.
     public var httpStatus: Int?
@@ -298,8 +311,9 @@ public struct PushAttemptOutcome: Sendable, Hashable {
     /// When to try again (pending only).
     public var nextAttemptAt: Int64?
 
-    public init(jobID: Int64, status: PushJobStatus, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil) {
+    public init(jobID: Int64, claimToken: Int64, status: PushJobStatus, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil) {
         self.jobID = jobID
+        self.claimToken = claimToken
         self.status = status
         self.httpStatus = httpStatus
         self.reason = reason
@@ -307,23 +321,106 @@ public struct PushAttemptOutcome: Sendable, Hashable {
     }
 }
 
-/// The recipients of a message to decide pushes for, and how to turn each recipient's badge and bindings into
-/// jobs (pushed or skipped). The store calls `render` inside the transaction that stores the message, so jobs and
-/// message commit together.
-public struct PushPlan: Sendable {
-    public var recipients: [String]
-    /// Recipients whose badge this message raises (those with a binding among them): offline ones, for messages
-    /// that count. Nil: all of them.
-    public var raisesBadge: Set<String>?
-    /// Called for every recipient; `badge` is the recipient's count after this message (raised or not).
-    public var render: @Sendable (_ username: String, _ badge: Int, _ bindings: [PushBinding]) -> [NewPushJob]
+/// One message to store, with its inbox copies.
+public struct NewMessage: Sendable, Hashable {
+    public var message: Message
+    public var deliveries: [Delivery]
+    /// Whether pushes are to be decided for it: a pending route is stored with it (see `BeaconStore.recordRoute`).
+    public var routesPushes: Bool
 
-    public init(
-        recipients: [String], raisesBadge: Set<String>? = nil, render: @escaping @Sendable (String, Int, [PushBinding]) -> [NewPushJob]
-    ) {
+    public init(message: Message, deliveries: [Delivery], routesPushes: Bool = false) {
+        self.message = message
+        self.deliveries = deliveries
+        self.routesPushes = routesPushes
+    }
+}
+
+/// A client's own reference for a send (`Idempotency-Key`, a REST `msg_id`, a WebSocket `send.id`): a retry with the
+/// same reference in the same scope is answered with the first send's message ids and stores nothing.
+public struct SendReceipt: Sendable, Hashable {
+    /// Who the reference belongs to (`rest:<caller>` or `ws:<user>/<device>`).
+    public var scope: String
+    public var reference: String
+    public var now: Int64
+
+    public init(scope: String, reference: String, now: Int64) {
+        self.scope = scope
+        self.reference = reference
+        self.now = now
+    }
+}
+
+/// What `append` did.
+public enum AppendResult: Sendable, Hashable {
+    /// The messages are stored; their inbox entries, with sequence numbers.
+    case stored([InboxEntry])
+    /// The receipt's reference was seen before: the earlier send's message ids by target; nothing was stored.
+    case repeated([String: UInt64])
+}
+
+/// A stored message whose pushes have not been decided yet (the server stopped between storing and routing it).
+public struct PendingRoute: Sendable, Hashable {
+    public var app: Int64
+    public var message: Message
+    /// Who receives it (its inbox holders but the sender).
+    public var recipients: [String]
+
+    public init(app: Int64, message: Message, recipients: [String]) {
+        self.app = app
+        self.message = message
         self.recipients = recipients
+    }
+}
+
+/// A message of the user's that a device was online for (so its bound devices were skipped with `online`) and that no
+/// device of the user has acknowledged since: to decide again when the user's devices go offline.
+public struct OnlineSkip: Sendable, Hashable {
+    public var message: Message
+    /// The bound devices skipped, as `device_id` and notifier.
+    public var devices: [SkippedDevice]
+
+    public init(message: Message, devices: [SkippedDevice]) {
+        self.message = message
+        self.devices = devices
+    }
+}
+
+/// One device (and notifier) a push decision skipped.
+public struct SkippedDevice: Sendable, Hashable {
+    public var deviceID: String
+    public var notifier: String
+
+    public init(deviceID: String, notifier: String) {
+        self.deviceID = deviceID
+        self.notifier = notifier
+    }
+}
+
+/// The push decisions for one message, to record (`BeaconStore.recordRoute`).
+public struct PushRoute: Sendable {
+    /// What the decisions replace, which must still be there: that makes each decision happen once.
+    public enum Replacing: Sendable, Hashable {
+        /// The message's pending route (its first decision).
+        case pendingRoute
+        /// The `online` skips of one user's devices (decided again once they went offline).
+        case onlineSkips(username: String, devices: [SkippedDevice])
+    }
+
+    public var messageID: UInt64
+    public var replacing: Replacing
+    /// Pushed or skipped, per recipient and bound device.
+    public var jobs: [NewPushJob]
+    /// Recipients whose badge this message raises before their jobs get it; the others get their current badge.
+    public var raisesBadge: Set<String>
+    /// When the jobs are due (ms).
+    public var now: Int64
+
+    public init(messageID: UInt64, replacing: Replacing, jobs: [NewPushJob], raisesBadge: Set<String>, now: Int64) {
+        self.messageID = messageID
+        self.replacing = replacing
+        self.jobs = jobs
         self.raisesBadge = raisesBadge
-        self.render = render
+        self.now = now
     }
 }
 

@@ -175,8 +175,8 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         try await store.createGroup(
             GroupRecord(appID: app.id, id: "g1", name: "G", description: "", owner: "alice", maxUsers: 10, createdAt: now), members: ["bob"])
         _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
-        #expect(try await store.deleteUser("bob", app: app.id))
-        #expect(try await !store.deleteUser("bob", app: app.id))
+        #expect(try await store.deleteUser("bob", app: app.id, now: now))
+        #expect(try await !store.deleteUser("bob", app: app.id, now: now))
         #expect(try await store.groupMembers("g1", app: app.id) == ["alice"])
         #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).isEmpty)
     }
@@ -231,45 +231,185 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
     }
 
+    /// A job for `username`'s device `d1` through `ios`, pushed (badge spliced in) or skipped with `skip`.
+    private static func job(_ username: String, token: String = "aa", skip: String? = nil, pushType: String = "alert") -> NewPushJob {
+        NewPushJob(
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: 10, expiration: 0,
+            collapseID: nil, apnsID: "id", payload: skip == nil ? #"{"aps":{"alert":"x"}}"# : "", badgeOffset: skip == nil ? 19 : nil,
+            skipReason: skip)
+    }
+
+    /// Stores message `id` for bob with a pending route, and records `jobs` as its decision.
+    private static func route(_ store: any BeaconStore, _ app: AppRecord, id: UInt64, jobs: [NewPushJob], raising: Set<String> = ["bob"])
+        async throws -> Bool
+    {
+        _ = try await store.append(
+            [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            receipt: nil)
+        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, raisesBadge: raising, now: now), app: app.id)
+    }
+
     @Test(arguments: StoreKind.allCases)
-    func pushJobsAreStoredWithTheMessageAndLeasedToWorkers(kind: StoreKind) async throws {
+    func pushJobsGetTheirBadgeWhenRecordedAndAreLeasedAndFenced(kind: StoreKind) async throws {
         let store = try kind.make()
         let app = try await makeApp(store)
         try await makeUsers(store, app, ["alice", "bob", "carol"])
         try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-        let plan = PushPlan(recipients: ["bob", "carol"]) { username, badge, bindings in
-            bindings.map { binding in
-                NewPushJob(
-                    username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken, topic: "t",
-                    pushType: "alert", priority: 10, expiration: 0, collapseID: nil, apnsID: "id", payload: "{\"badge\":\(badge)}")
-            }
-        }
-        _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
-        _ = try await store.append(text(2, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
-        // carol has no binding: no job, and her badge is untouched.
+        #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
+        #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob")]))
         let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
-        #expect(claimed.map(\.job.payload) == [#"{"badge":1}"#, #"{"badge":2}"#])
+        #expect(claimed.map(\.job.payload) == [#"{"aps":{"alert":"x","badge":1}}"#, #"{"aps":{"alert":"x","badge":2}}"#])
         #expect(claimed.map(\.attempts) == [1, 1])
         #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 10).isEmpty)  // leased
-        try await store.recordPushAttempts(
-            [PushAttemptOutcome(jobID: claimed[0].id, status: .sent, httpStatus: 200, reason: nil)], now: now + 20)
-        // The unrecorded one comes back when its lease runs out (a crashed worker).
+        #expect(try await store.recordPushAttempts(
+            [PushAttemptOutcome(jobID: claimed[0].id, claimToken: claimed[0].claimToken, status: .sent, httpStatus: 200, reason: nil)], now: now + 20) == 1)
+        // The unrecorded one comes back when its lease runs out (a crashed worker) ...
         let again = try await store.claimPushJobs(now: now + 1001, lease: 1000, limit: 10)
         #expect(again.map(\.id) == [claimed[1].id])
         #expect(again[0].attempts == 2)
+        // ... and the first claim can no longer complete it.
+        #expect(try await store.recordPushAttempts(
+            [PushAttemptOutcome(jobID: claimed[1].id, claimToken: claimed[1].claimToken, status: .sent, httpStatus: 200, reason: nil)], now: now + 1001) == 0)
         try await store.recordPushAttempts(
-            [PushAttemptOutcome(jobID: again[0].id, status: .pending, httpStatus: 503, reason: "Shutdown", nextAttemptAt: now + 5000)], now: now + 1002)
+            [PushAttemptOutcome(
+                jobID: again[0].id, claimToken: again[0].claimToken, status: .pending, httpStatus: 503, reason: "Shutdown", nextAttemptAt: now + 5000)],
+            now: now + 1002)
         #expect(try await store.nextPushJobDue() == now + 5000)
         #expect(try await store.claimPushJobs(now: now + 4999, lease: 1000, limit: 10).isEmpty)
         let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
         #expect(records.map(\.status) == [.pending, .sent])
         #expect(records[0].history.map(\.reason) == ["Shutdown"])
         #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 1, limit: 10).count == 1)
+        #expect(try await store.pushJobs(app: app.id, username: nil, messageID: UInt64(Int64.max) + 1, limit: 10).isEmpty)
         // Finished records go with retention; pending ones stay whatever their age.
         _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
         #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).map(\.status) == [.pending])
+        // A claim released (restart) is due again at once.
+        _ = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+        try await store.releasePushClaims()
+        #expect(try await store.claimPushJobs(now: now + 5001, lease: 1000, limit: 10).count == 1)
+        // Not raising the badge: the job gets the current one.
         try await store.setBadge(of: "bob", app: app.id, to: 0)
-        _ = try await store.append(text(3, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")], pushes: plan)
-        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"badge":1}"#)
+        #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob")], raising: []))
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"aps":{"alert":"x","badge":0}}"#)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func eachMessageIsRoutedOnceAndCrashesLeaveItPending(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        _ = try await store.append(
+            [NewMessage(message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob"), Delivery(username: "alice")], routesPushes: true)],
+            app: app.id, receipt: nil)
+        // Not routed yet (a crash): found by the sweep, with its recipients (not the sender).
+        #expect(try await store.pendingRoutes(before: now, limit: 10).isEmpty)
+        let pending = try await store.pendingRoutes(before: now + 1, limit: 10)
+        #expect(pending.map(\.message.id) == [7])
+        #expect(pending.first?.recipients == ["bob"])
+        let route = PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [Self.job("bob", skip: "no_binding")], raisesBadge: [], now: now)
+        #expect(try await store.recordRoute(route, app: app.id))
+        #expect(try await !store.recordRoute(route, app: app.id))  // decided once
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
+        #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func jobsWhoseBindingChangedAreSkippedInsteadOfSent(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob", "carol"])
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 1), app: app.id)
+        #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
+        #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", token: "vv", pushType: "voip")]))
+        // The phone changes hands: carol binds its token.
+        try await store.bind(PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
+        #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
+        #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
+        let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
+        #expect(records.map(\.status) == [.skipped, .skipped])
+        #expect(records.map(\.lastReason) == ["binding_changed", "binding_changed"])
+        // A VoIP token moved to another user leaves the alert binding.
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "bb", voipToken: "vv", boundAt: 3), app: app.id)
+        try await store.bind(PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 4), app: app.id)
+        #expect(try await store.bindings(of: "bob", app: app.id).map(\.voipToken) == [nil])
+        #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["bb"])
+        // Deleting a user cancels their pending jobs.
+        #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob", token: "bb")]))
+        #expect(try await store.deleteUser("bob", app: app.id, now: now))
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.lastReason == "user_deleted")
+        #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func onlineSkipsOfUnacknowledgedMessagesAreDecidedAgainOnce(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+        #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob", skip: "online")], raising: []))
+        #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", skip: "online")], raising: []))
+        // Message 1 was acknowledged by a device of bob's; message 2 was not.
+        try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "laptop", seq: 1)], now: now)
+        let skips = try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10)
+        #expect(skips.map(\.message.id) == [2])
+        #expect(skips.first?.devices == [SkippedDevice(deviceID: "d1", notifier: "ios")])
+        let again = PushRoute(
+            messageID: 2, replacing: .onlineSkips(username: "bob", devices: [SkippedDevice(deviceID: "d1", notifier: "ios")]),
+            jobs: [Self.job("bob")], raisesBadge: ["bob"], now: now)
+        #expect(try await store.recordRoute(again, app: app.id))
+        #expect(try await !store.recordRoute(again, app: app.id))
+        #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
+        #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 2, limit: 10).map(\.status) == [.pending])
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func sendsAreAtomicAndAnsweredOnceByTheirReceipt(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob", "carol"])
+        let receipt = SendReceipt(scope: "rest:app", reference: "r1", now: now)
+        let first = try await store.append(
+            [
+                NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
+                NewMessage(message: text(2, from: "alice", to: "carol"), deliveries: [Delivery(username: "carol")]),
+            ], app: app.id, receipt: receipt)
+        guard case .stored(let entries) = first else { Issue.record("expected stored"); return }
+        #expect(entries.map(\.username) == ["bob", "carol"])
+        let retry = try await store.append(
+            [NewMessage(message: text(3, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+        #expect(retry == .repeated(["bob": 1, "carol": 2]))
+        #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).map(\.message.id) == [1])
+        // Another scope's reference is another send.
+        let other = try await store.append(
+            [NewMessage(message: text(4, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id,
+            receipt: SendReceipt(scope: "rest:user:alice", reference: "r1", now: now))
+        #expect(other != .repeated(["bob": 1, "carol": 2]))
+        // All or nothing: a message whose id exists already fails the whole append.
+        await #expect(throws: (any Error).self) {
+            _ = try await store.append(
+                [
+                    NewMessage(message: text(5, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
+                    NewMessage(message: text(1, from: "alice", to: "carol"), deliveries: [Delivery(username: "carol")]),
+                ], app: app.id, receipt: nil)
+        }
+        #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).map(\.message.id) == [1, 4])
+        // Ids no message can have are simply not found.
+        #expect(try await store.offlineStatus(of: UInt64.max, for: "bob", app: app.id) == nil)
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func retentionForgetsReceiptsAndCursorsOfLongGoneDevices(kind: StoreKind) async throws {
+        let store = try kind.make()
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        let receipt = SendReceipt(scope: "rest:app", reference: "r1", now: now)
+        _ = try await store.append([NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+        try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "old", seq: 1)], now: now)
+        _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
+        #expect(try await store.cursor(of: "bob", device: "old", app: app.id) == 0)
+        let again = try await store.append(
+            [NewMessage(message: text(2, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+        #expect(again != .repeated(["bob": 1]))
     }
 }

@@ -1,0 +1,284 @@
+import BeaconAPNs
+import BeaconCore
+import BeaconPush
+import BeaconStorage
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Decides pushes for stored messages (SPEC §3) — after they are stored, never before: a message is stored with a
+/// pending route, then routed, so presence is read once the message is visible to every device's sync.
+///
+/// - `route` samples presence, reads the receivers' settings and bindings, renders each receiver's payload outside any
+///   transaction, then records the jobs (pushed or skipped with a reason) in one short transaction that also removes the
+///   pending route, so each message is decided once.
+/// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died
+///   under them), unless another device of the user acknowledged them.
+/// - As a service, it routes what a crash left pending, so no push accepted with a message is lost.
+final class PushRouter: Service, Sendable {
+    let store: any BeaconStore
+    let presence: any PresenceRegistry
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+    /// Told when jobs were stored.
+    let jobsStored: @Sendable () -> Void
+    /// Called between a route's presence reading and its recording (tests hold a route there to race it).
+    let afterPresence: (@Sendable (UInt64) async -> Void)?
+    private let inFlight = RouteTracker()
+
+    /// Default lifetime at APNs (`apns-expiration` = now + this).
+    static let expirationSeconds: Int64 = 24 * 3600
+    /// A pending route this old was left by a crash or a failed routing: the sweeper takes it.
+    static let sweepAge: Int64 = 2000
+    /// Messages decided again per offline device, at most.
+    static let rerouteLimit = 1000
+
+    init(
+        store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
+        afterPresence: (@Sendable (UInt64) async -> Void)? = nil, jobsStored: @escaping @Sendable () -> Void
+    ) {
+        self.store = store
+        self.presence = presence
+        self.clock = clock
+        self.logger = logger
+        self.afterPresence = afterPresence
+        self.jobsStored = jobsStored
+    }
+
+    /// Decides and records the pushes of a message stored with a pending route. Safe to call twice: only one records.
+    func route(_ message: Message, recipients: [String], app: AppRecord) async throws {
+        let ticket = inFlight.begin()
+        defer { inFlight.end(ticket) }
+        let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil)
+        if let afterPresence { await afterPresence(message.id) }
+        let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, raisesBadge: decided.raisesBadge, now: clock())
+        if try await store.recordRoute(route, app: app.id), decided.jobs.contains(where: { $0.skipReason == nil }) {
+            jobsStored()
+        }
+    }
+
+    /// A device of the user went offline: the messages the user's devices were online for and that none of them
+    /// acknowledged are decided again, as if they had just arrived (badge included).
+    func deviceWentOffline(_ username: String, app: AppRecord) async {
+        // Routes that read presence before this device left must be recorded first, or their `online` skips are missed.
+        await inFlight.waitForRoutes(before: inFlight.current, upTo: .seconds(10))
+        do {
+            let policy = MultiDevicePolicy(rawValue: try await store.pushPolicy(app: app.id).multiDevice) ?? .allOffline
+            let online = Set(presence.onlineDevices(of: username, app: app.id))
+            if policy == .allOffline, !online.isEmpty { return }
+            var rerouted = false
+            for skip in try await store.unacknowledgedOnlineSkips(of: username, app: app.id, limit: Self.rerouteLimit) {
+                let devices = skip.devices.filter { !online.contains($0.deviceID) }
+                guard !devices.isEmpty else { continue }
+                let decided = try await decide(skip.message, for: [username], app: app, onlyDevices: Set(devices))
+                // Unbound since (kicked, logged out with unbinding): the skips stay as they were recorded.
+                guard !decided.jobs.isEmpty else { continue }
+                let route = PushRoute(
+                    messageID: skip.message.id, replacing: .onlineSkips(username: username, devices: devices), jobs: decided.jobs,
+                    raisesBadge: decided.raisesBadge, now: clock())
+                rerouted = try await store.recordRoute(route, app: app.id) || rerouted
+            }
+            if rerouted { jobsStored() }
+        } catch {
+            logger.error("deciding pushes for a device that went offline failed", metadata: ["user": "\(username)", "error": "\(error)"])
+        }
+    }
+
+    /// Routes what was left pending (a crash between storing and routing, or a failed routing), then keeps watching.
+    func run() async throws {
+        while !Task.isShuttingDownGracefully {
+            do {
+                try await sweep()
+            } catch {
+                logger.error("routing pending messages failed", metadata: ["error": "\(error)"])
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+        }
+    }
+
+    /// Routes every pending route older than `sweepAge`.
+    func sweep() async throws {
+        var apps: [Int64: AppRecord] = [:]
+        while true {
+            let pending = try await store.pendingRoutes(before: clock() - Self.sweepAge, limit: 100)
+            for route in pending {
+                if apps[route.app] == nil { apps[route.app] = try await store.app(id: route.app) }
+                guard let app = apps[route.app] else { continue }
+                try await self.route(route.message, recipients: route.recipients, app: app)
+            }
+            if pending.count < 100 { return }
+        }
+    }
+
+    // MARK: Deciding
+
+    /// Every bound device of every recipient, pushed or skipped with a reason; `onlyDevices` limits it to those devices.
+    private func decide(_ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?) async throws
+        -> (jobs: [NewPushJob], raisesBadge: Set<String>)
+    {
+        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return ([], []) }
+        let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        guard !configs.isEmpty else { return ([], []) }
+        let context = try await RoutingContext.load(message: message, recipients: recipients, app: app, store: store)
+        var bindings = try await store.bindings(of: recipients, app: app.id)
+        if let onlyDevices {
+            bindings = bindings.mapValues { $0.filter { onlyDevices.contains(SkippedDevice(deviceID: $0.deviceID, notifier: $0.notifier)) } }
+        }
+        // Presence is read now: after the message was stored, so a device that connects from here on syncs it.
+        var online: [String: Set<String>] = [:]
+        for recipient in recipients {
+            let devices = presence.onlineDevices(of: recipient, app: app.id)
+            if !devices.isEmpty { online[recipient] = Set(devices) }
+        }
+        let now = clock()
+        var jobs: [NewPushJob] = []
+        var raisesBadge: Set<String> = []
+        for recipient in recipients {
+            let bound = bindings[recipient] ?? []
+            let onlineDevices = online[recipient] ?? []
+            guard !bound.isEmpty else {
+                if onlyDevices == nil { jobs.append(Self.skipped(recipient, .noBinding)) }
+                continue
+            }
+            let decisions = PushDecision.decide(context.pushContext(for: recipient, bindings: bound, online: onlineDevices, now: now))
+            // The badge counts messages that reach the user while offline: none of their devices online (`all_offline`),
+            // or some bound device offline (`any_offline`).
+            let offline = context.policy == .allOffline ? onlineDevices.isEmpty : bound.contains { !onlineDevices.contains($0.deviceID) }
+            if context.countsForBadge, offline { raisesBadge.insert(recipient) }
+            for (binding, decision) in zip(bound, decisions) {
+                jobs.append(job(for: binding, skip: decision.skip, recipient: recipient, context: context, configs: configs, now: now))
+            }
+        }
+        return (jobs, raisesBadge)
+    }
+
+    private func job(
+        for binding: PushBinding, skip: SkipReason?, recipient: String, context: RoutingContext, configs: [String: PushConfigRecord], now: Int64
+    ) -> NewPushJob {
+        let config = configs[binding.notifier]
+        var skipReason = skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
+        // A call goes as VoIP to the device's VoIP token when it has one and the configuration allows VoIP; otherwise the
+        // device gets an ordinary alert (real APNs refuses a VoIP push to an alert token).
+        var payload = skipReason == nil ? context.payload(for: recipient, allowsVoIP: true) : nil
+        var token = binding.deviceToken
+        if let built = payload, built.voip {
+            if config?.voip == true, let voipToken = binding.voipToken {
+                token = voipToken
+            } else {
+                payload = context.payload(for: recipient, allowsVoIP: false)
+            }
+        }
+        if skipReason == nil, payload == nil { skipReason = BeaconError.Code.requestTooLarge.rawValue }
+        let voip = payload?.voip == true
+        return NewPushJob(
+            username: recipient, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: token,
+            topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
+            pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: now / 1000 + Self.expirationSeconds,
+            // A duplicate after a crash replaces the first notification instead of adding a second one.
+            collapseID: payload?.collapseID ?? String(context.message.id), apnsID: UUID().uuidString.lowercased(),
+            payload: skipReason == nil ? payload?.withoutBadge ?? "" : "", badgeOffset: skipReason == nil ? payload?.badgeOffset : nil,
+            skipReason: skipReason)
+    }
+
+    private static func skipped(_ username: String, _ reason: SkipReason) -> NewPushJob {
+        NewPushJob(
+            username: username, deviceID: "", notifier: "", deviceToken: "", topic: "", pushType: APNsPushType.alert.rawValue, priority: 10,
+            expiration: 0, collapseID: nil, apnsID: "", payload: "", skipReason: reason.rawValue)
+    }
+}
+
+/// What deciding and rendering one message's pushes reads from the store, once per message.
+struct RoutingContext {
+    let message: Message
+    let policy: MultiDevicePolicy
+    let appZone: TimeZone
+    let strings: DisplayStrings
+    let templates: [String: PushTemplate]
+    let senderNickname: String?
+    let profiles: [String: PushProfile]
+    let appLevel: [String: AppPushSettings]
+    let conversation: [String: ConversationPushSettings]
+    /// Silent messages, and Tencent's BadgeMode 1, leave the badge as it is.
+    var countsForBadge: Bool {
+        message.ext["em_ignore_notification"]?.boolValue != true && message.ext["em_apns_ext"]?["em_push_badge_unchanged"]?.boolValue != true
+    }
+
+    static func load(message: Message, recipients: [String], app: AppRecord, store: any BeaconStore) async throws -> RoutingContext {
+        let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
+        let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
+        var appLevel: [String: AppPushSettings] = [:]
+        var conversation: [String: ConversationPushSettings] = [:]
+        for record in records {
+            if record.scope.isEmpty {
+                appLevel[record.username] = AppPushSettings(
+                    remindType: record.remindType.flatMap(RemindType.init), quietHours: record.quietHours.flatMap { try? DailyQuietHours.parse($0) },
+                    silentUntil: record.silentUntil)
+            } else {
+                conversation[record.username] = ConversationPushSettings(
+                    remindType: record.remindType.flatMap(RemindType.init), silentUntil: record.silentUntil)
+            }
+        }
+        let policy = try await store.pushPolicy(app: app.id)
+        let templates = Dictionary(
+            try await store.templates(app: app.id).map { ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern)) },
+            uniquingKeysWith: { first, _ in first })
+        return RoutingContext(
+            message: message, policy: MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline,
+            appZone: TimeZone(identifier: policy.timezone) ?? .gmt, strings: DisplayStrings(overrides: policy.displayStrings), templates: templates,
+            senderNickname: try await store.user(message.from, app: app.id)?.nickname, profiles: profiles, appLevel: appLevel,
+            conversation: conversation)
+    }
+
+    func pushContext(for recipient: String, bindings: [PushBinding], online: Set<String>, now: Int64) -> PushContext {
+        PushContext(
+            message: message, recipient: recipient,
+            devices: bindings.map { BoundDevice(deviceID: $0.deviceID, notifier: $0.notifier, online: online.contains($0.deviceID)) },
+            anyDeviceOnline: !online.isEmpty, policy: policy, appSettings: appLevel[recipient] ?? AppPushSettings(),
+            conversationSettings: conversation[recipient] ?? ConversationPushSettings(),
+            timeZone: profiles[recipient]?.timeZone.flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
+    }
+
+    /// The receiver's payload, its badge left for the store to fill in; nil when it cannot fit APNs' limit.
+    func payload(for recipient: String, allowsVoIP: Bool) -> BuiltPayload? {
+        let profile = profiles[recipient] ?? PushProfile()
+        return try? PayloadBuilder.build(
+            PayloadInput(
+                message: message, receiver: recipient, badge: 0, senderNickname: senderNickname,
+                style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, strings: strings, language: profile.language,
+                templates: templates, receiverTemplate: profile.template, allowsVoIP: allowsVoIP))
+    }
+}
+
+/// Routes in progress, numbered in the order they started, so that a device going offline can wait for every route
+/// that may have seen it online.
+final class RouteTracker: Sendable {
+    private struct State {
+        var next: UInt64 = 0
+        var running: Set<UInt64> = []
+    }
+    private let state = Mutex(State())
+
+    /// The number the next route will get.
+    var current: UInt64 { state.withLock { $0.next } }
+
+    func begin() -> UInt64 {
+        state.withLock { state in
+            defer { state.next += 1 }
+            state.running.insert(state.next)
+            return state.next
+        }
+    }
+
+    func end(_ ticket: UInt64) {
+        _ = state.withLock { $0.running.remove(ticket) }
+    }
+
+    /// Returns once every route numbered below `ticket` has ended, or after `limit`.
+    func waitForRoutes(before ticket: UInt64, upTo limit: Duration) async {
+        let deadline = ContinuousClock.now + limit
+        while state.withLock({ $0.running.contains { $0 < ticket } }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}

@@ -1,0 +1,142 @@
+import BeaconCore
+import BeaconProtocol
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOHTTPTypes
+import Synchronization
+
+/// The context of every Beacon request, HTTP or WebSocket upgrade: Hummingbird's, plus the channel (for the peer's
+/// address, used to rate-limit logins, and to answer refused upgrades).
+struct BeaconRequestContext: RequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let webSocket: WebSocketHandlerReference<Self>
+    let channel: any Channel
+
+    var remoteAddress: SocketAddress? { channel.remoteAddress }
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        webSocket = .init()
+        channel = source.channel
+    }
+}
+
+/// Renders every failure as Easemob's error body with a stable code: 404 for unknown paths, 405 (with `Allow`) for a
+/// known path under another method. On the WebSocket router it also hands the answer to `RefusedUpgrades`.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = BeaconRequestContext
+
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+    let routes: RouteTable
+    /// Set on the WebSocket router: a refused upgrade is answered with this body instead of an empty 400.
+    var refusedUpgrades: RefusedUpgrades?
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+            let failure: BeaconError
+            switch error {
+            case let error as HTTPError where error.status == .notFound || error.status == .methodNotAllowed:
+                let allowed = routes.methods(allowedOn: request.uri.path)
+                if allowed.isEmpty {
+                    failure = BeaconError(.resourceNotFound, "url is invalid: \(request.method) \(request.uri.path)")
+                } else {
+                    failure = BeaconError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
+                    headers[.allow] = allowed.map(\.rawValue).sorted().joined(separator: ", ")
+                }
+            case let error as HTTPError where error.status.code < 500:
+                failure = BeaconError(.illegalArgument, error.body ?? "bad request", status: Int(error.status.code))
+            default:
+                failure = BeaconError(wrapping: error, logger: logger)
+            }
+            let body = ErrorBody(
+                error: failure.code.rawValue, errorDescription: failure.message, exception: failure.exception, timestamp: clock())
+            let bytes = API.encode(body)
+            refusedUpgrades?.refuse(context.channel, status: failure.status, body: bytes)
+            return Response(status: .init(code: failure.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+        }
+    }
+}
+
+/// The REST routes as registered, so that a known path asked with another method answers 405 rather than 404.
+final class RouteTable: Sendable {
+    private let routes = Mutex<[(method: HTTPRequest.Method, segments: [Substring])]>([])
+
+    /// Records `path` (with `:parameter` segments) under `method`.
+    func add(_ method: HTTPRequest.Method, _ path: String) {
+        routes.withLock { $0.append((method, path.split(separator: "/"))) }
+    }
+
+    /// The methods registered for a path matching `path`.
+    func methods(allowedOn path: String) -> Set<HTTPRequest.Method> {
+        let segments = path.split(separator: "/")
+        return routes.withLock { routes in
+            Set(
+                routes.filter { route in
+                    route.segments.count == segments.count
+                        && zip(route.segments, segments).allSatisfy { pattern, segment in pattern.hasPrefix(":") || pattern == segment }
+                }.map(\.method))
+        }
+    }
+}
+
+/// Hummingbird answers a refused WebSocket upgrade with an empty 400, and the SDK could not tell "log in again" (401)
+/// from a bug. The WebSocket router's `ErrorMiddleware` leaves its answer here, keyed by the connection, and
+/// `RefusedUpgradeWriter` writes it in place of the empty 400.
+final class RefusedUpgrades: Sendable {
+    private struct Answer {
+        var status: Int
+        var body: [UInt8]
+        var at: ContinuousClock.Instant
+    }
+    private let answers = Mutex<[ObjectIdentifier: Answer]>([:])
+
+    func refuse(_ channel: any Channel, status: Int, body: [UInt8]) {
+        answers.withLock { answers in
+            // An answer that was never written (the connection went away first) is forgotten after a while.
+            if answers.count > 1000 { answers = answers.filter { $0.value.at.duration(to: .now) < .seconds(30) } }
+            answers[ObjectIdentifier(channel)] = Answer(status: status, body: body, at: .now)
+        }
+    }
+
+    func take(_ channel: any Channel) -> (status: Int, body: [UInt8])? {
+        answers.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }.map { ($0.status, $0.body) }
+    }
+}
+
+/// On every HTTP/1 connection: replaces the empty 400 of a refused upgrade with the answer `RefusedUpgrades` holds.
+final class RefusedUpgradeWriter: ChannelDuplexHandler, RemovableChannelHandler, Sendable {
+    typealias InboundIn = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    let refused: RefusedUpgrades
+
+    init(refused: RefusedUpgrades) {
+        self.refused = refused
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .head(let head) = unwrapOutboundIn(data), head.status == .badRequest, let answer = refused.take(context.channel) {
+            var fields = head.headerFields
+            fields[.contentType] = "application/json; charset=utf-8"
+            fields[.contentLength] = String(answer.body.count)
+            context.write(wrapOutboundOut(.head(HTTPResponse(status: .init(code: answer.status), headerFields: fields))), promise: nil)
+            context.write(wrapOutboundOut(.body(ByteBuffer(bytes: answer.body))), promise: promise)
+            return
+        }
+        context.write(data, promise: promise)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        _ = refused.take(context.channel)
+        context.fireChannelInactive()
+    }
+}

@@ -1,0 +1,219 @@
+import BeaconCore
+import Foundation
+import GRDB
+
+/// Messages, inboxes, cursors and retention.
+extension SQLiteStore {
+    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
+        // Encoding happens before the write transaction: the writer is held for inserts only.
+        let encoded = try messages.map { new -> (NewMessage, Int64, String, String) in
+            guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
+            return (new, id, try Self.encode(new.message.body), try Self.encode(.object(new.message.ext)))
+        }
+        let results = Dictionary(messages.map { ($0.message.to, $0.message.id) }, uniquingKeysWith: { first, _ in first })
+        let resultsText = try Self.encodeIDs(results)
+        return try await pool.write { db in
+            if let receipt {
+                if let earlier = try String.fetchOne(
+                    db, sql: "SELECT message_ids FROM send_receipts WHERE app_id = ? AND scope = ? AND reference = ?",
+                    arguments: [app, receipt.scope, receipt.reference])
+                {
+                    return .repeated(Self.decodeIDs(earlier))
+                }
+                try db.execute(
+                    sql: "INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [app, receipt.scope, receipt.reference, resultsText, receipt.now])
+            }
+            let insertMessage = try db.cachedStatement(
+                sql: """
+                    INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+            let nextSeq = try db.cachedStatement(
+                sql: "UPDATE users SET inbox_seq = inbox_seq + 1 WHERE app_id = ? AND username = ? RETURNING inbox_seq")
+            let insertEntry = try db.cachedStatement(
+                sql: """
+                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+            let insertRoute = try db.cachedStatement(sql: "INSERT INTO pending_routes (app_id, message_id, created_at) VALUES (?, ?, ?)")
+            var entries: [InboxEntry] = []
+            for (new, id, body, ext) in encoded {
+                let message = new.message
+                try insertMessage.execute(arguments: [
+                    app, id, message.from, message.to, message.chatType.rawValue, message.type.rawValue, body, ext, message.timestamp,
+                ])
+                for delivery in new.deliveries {
+                    guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
+                    try insertEntry.execute(arguments: [
+                        app, delivery.username, seq, id, message.conversation(for: delivery.username).description, message.chatType.rawValue,
+                        delivery.originDevice, message.timestamp,
+                    ])
+                    entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
+                }
+                if new.routesPushes {
+                    try insertRoute.execute(arguments: [app, id, message.timestamp])
+                }
+            }
+            return .stored(entries)
+        }
+    }
+
+    private static func encodeIDs(_ ids: [String: UInt64]) throws -> String {
+        String(decoding: try JSONEncoder().encode(ids.mapValues(String.init)), as: UTF8.self)
+    }
+
+    private static func decodeIDs(_ text: String) -> [String: UInt64] {
+        let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
+        return decoded.compactMapValues { UInt64($0) }
+    }
+
+    public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT i.seq, i.origin_device, m.* FROM inbox i
+                    JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id
+                    WHERE i.app_id = ? AND i.username = ? AND i.seq > ? ORDER BY i.seq LIMIT ?
+                    """,
+                arguments: [app, username, seq, max(limit, 0)])
+            return try rows.map { row in
+                InboxEntry(username: username, seq: row["seq"], message: try Self.message(from: row), originDevice: row["origin_device"])
+            }
+        }
+    }
+
+    public func cursor(of username: String, device: String, app: Int64) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(
+                db, sql: "SELECT acked_seq FROM device_cursors WHERE app_id = ? AND username = ? AND device_id = ?",
+                arguments: [app, username, device]) ?? 0
+        }
+    }
+
+    public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
+        guard !cursors.isEmpty else { return }
+        try await pool.write { db in
+            let top = try db.cachedStatement(sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?")
+            let upsert = try db.cachedStatement(
+                sql: """
+                    INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, device_id)
+                    DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
+                    """)
+            for cursor in cursors {
+                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username]) else { continue }
+                try upsert.execute(arguments: [cursor.app, cursor.username, cursor.device, min(max(cursor.seq, 0), highest), now])
+            }
+        }
+    }
+
+    public func offlineCount(of username: String, app: Int64) async throws -> Int {
+        try await pool.read { db in
+            try Int.fetchOne(
+                db,
+                sql: """
+                    SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND origin_device IS NULL AND seq > COALESCE(
+                        (SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
+                    """,
+                arguments: [app, username, app, username]) ?? 0
+        }
+    }
+
+    public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
+        guard let id = messageID.storedID else { return nil }
+        return try await pool.read { db in
+            guard let seq = try Int64.fetchOne(
+                db, sql: "SELECT seq FROM inbox WHERE app_id = ? AND message_id = ? AND username = ?",
+                arguments: [app, id, username])
+            else { return nil }
+            let acked = try Int64.fetchOne(
+                db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
+            return acked >= seq ? .delivered : .undelivered
+        }
+    }
+
+    public func setBadge(of username: String, app: Int64, to value: Int) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE users SET badge = ? WHERE app_id = ? AND username = ?", arguments: [max(0, value), app, username])
+        }
+    }
+
+    // MARK: Retention
+
+    /// How long a send receipt answers retries (ms).
+    public static let receiptLifetime: Int64 = 24 * 3600 * 1000
+
+    /// Rows removed per write transaction: each batch holds SQLite's single writer for a few milliseconds.
+    static let retentionBatch = 500
+
+    public func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int {
+        let cutoff = now - app.limits.maxAgeSeconds * 1000
+        // What to delete is found by reads (which never block writers), then deleted in small write transactions.
+        let tooOld = try await pool.read { db in
+            try Int64.fetchAll(db, sql: "SELECT rowid FROM inbox WHERE app_id = ? AND created_at < ?", arguments: [app.id, cutoff])
+        }
+        let overLimit = try await pool.read { db in
+            try Int64.fetchAll(
+                db,
+                sql: """
+                    SELECT rowid FROM (
+                        SELECT rowid, chat_type,
+                               ROW_NUMBER() OVER (PARTITION BY username, conversation ORDER BY seq DESC) AS newest
+                        FROM inbox WHERE app_id = ? AND created_at >= ?)
+                    WHERE (chat_type = 'chat' AND newest > ?) OR (chat_type = 'groupchat' AND newest > ?)
+                    """,
+                arguments: [app.id, cutoff, app.limits.perChat, app.limits.perGroup])
+        }
+        var removed = 0
+        for batch in Self.chunks(Array(Set(tooOld + overLimit)), of: Self.retentionBatch) {
+            removed += try await pool.write { db in
+                try db.execute(sql: "DELETE FROM inbox WHERE rowid IN (\(Self.marks(batch.count)))", arguments: StatementArguments(Array(batch)))
+                return db.changesCount
+            }
+        }
+        let unreferenced = try await pool.read { db in
+            try Int64.fetchAll(
+                db,
+                sql: """
+                    SELECT id FROM messages WHERE app_id = ? AND NOT EXISTS (
+                        SELECT 1 FROM inbox WHERE inbox.app_id = messages.app_id AND inbox.message_id = messages.id)
+                    AND NOT EXISTS (SELECT 1 FROM pending_routes r WHERE r.app_id = messages.app_id AND r.message_id = messages.id)
+                    """,
+                arguments: [app.id])
+        }
+        for batch in Self.chunks(unreferenced, of: Self.retentionBatch) {
+            try await pool.write { db in
+                try db.execute(
+                    sql: "DELETE FROM messages WHERE app_id = ? AND id IN (\(Self.marks(batch.count)))",
+                    arguments: StatementArguments([app.id] + Array(batch)))
+            }
+        }
+        // Finished push records are kept as long as messages are, and so are cursors of devices unseen that long (a device
+        // that comes back after that re-reads what its inbox still holds); send receipts answer retries for 24 h.
+        try await deleteInBatches(
+            select: "SELECT id FROM push_jobs WHERE app_id = ? AND status != 'pending' AND updated_at < ? LIMIT ?",
+            delete: { ids in
+                "DELETE FROM push_attempts WHERE job_id IN (\(ids)); DELETE FROM push_jobs WHERE id IN (\(ids))"
+            }, app: app.id, cutoff: cutoff)
+        try await deleteInBatches(
+            select: "SELECT rowid FROM send_receipts WHERE app_id = ? AND created_at < ? LIMIT ?",
+            delete: { "DELETE FROM send_receipts WHERE rowid IN (\($0))" }, app: app.id, cutoff: now - Self.receiptLifetime)
+        try await deleteInBatches(
+            select: "SELECT rowid FROM device_cursors WHERE app_id = ? AND updated_at < ? LIMIT ?",
+            delete: { "DELETE FROM device_cursors WHERE rowid IN (\($0))" }, app: app.id, cutoff: cutoff)
+        return removed
+    }
+
+    /// Deletes what `select` (app, cutoff, limit) finds, one small write transaction per batch, until nothing is left.
+    private func deleteInBatches(select: String, delete: (String) -> String, app: Int64, cutoff: Int64) async throws {
+        while true {
+            let ids = try await pool.read { db in try Int64.fetchAll(db, sql: select, arguments: [app, cutoff, Self.retentionBatch]) }
+            guard !ids.isEmpty else { return }
+            let statement = delete(ids.map(String.init).joined(separator: ","))
+            try await pool.write { db in try db.execute(sql: statement) }
+            if ids.count < Self.retentionBatch { return }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+import BeaconCore
+import Foundation
+import GRDB
+
+/// Push routing (pending routes, decisions, online skips) and the push job queue.
+extension SQLiteStore {
+    /// A decision that was already recorded by someone else: the transaction is rolled back.
+    private struct AlreadyDecided: Error {}
+
+    // MARK: Routing
+
+    public func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute] {
+        let (routes, orphans) = try await pool.read { db -> ([PendingRoute], [(Int64, Int64)]) in
+            var routes: [PendingRoute] = []
+            var orphans: [(Int64, Int64)] = []
+            let recipients = try db.cachedStatement(sql: "SELECT username FROM inbox WHERE app_id = ? AND message_id = ? AND username != ?")
+            for row in try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT r.app_id AS route_app, r.message_id AS route_message, m.* FROM pending_routes r
+                    LEFT JOIN messages m ON m.app_id = r.app_id AND m.id = r.message_id
+                    WHERE r.created_at < ? ORDER BY r.created_at LIMIT ?
+                    """,
+                arguments: [before, max(limit, 0)])
+            {
+                let app: Int64 = row["route_app"]
+                guard row["id"] as Int64? != nil else {
+                    orphans.append((app, row["route_message"]))
+                    continue
+                }
+                let message = try Self.message(from: row)
+                let names = try String.fetchAll(recipients, arguments: [app, row["id"] as Int64, message.from])
+                routes.append(PendingRoute(app: app, message: message, recipients: names))
+            }
+            return (routes, orphans)
+        }
+        if !orphans.isEmpty {
+            // Their message is gone (retention): nothing is left to push.
+            try await pool.write { db in
+                for (app, message) in orphans {
+                    try db.execute(sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ?", arguments: [app, message])
+                }
+            }
+        }
+        return routes
+    }
+
+    public func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool {
+        guard let messageID = route.messageID.storedID else { return false }
+        do {
+            try await pool.write { db in
+                switch route.replacing {
+                case .pendingRoute:
+                    try db.execute(sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ?", arguments: [app, messageID])
+                    guard db.changesCount == 1 else { throw AlreadyDecided() }
+                case .onlineSkips(let username, let devices):
+                    let delete = try db.cachedStatement(
+                        sql: """
+                            DELETE FROM push_jobs WHERE app_id = ? AND message_id = ? AND username = ? AND device_id = ? AND notifier = ?
+                                AND status = 'skipped' AND last_reason = 'online'
+                            """)
+                    for device in devices {
+                        try delete.execute(arguments: [app, messageID, username, device.deviceID, device.notifier])
+                        guard db.changesCount > 0 else { throw AlreadyDecided() }
+                    }
+                }
+                try Self.insertJobs(route, messageID: messageID, app: app, db: db)
+            }
+            return true
+        } catch is AlreadyDecided {
+            return false
+        }
+    }
+
+    /// Raises badges, splices them into payloads and inserts the jobs of `route`.
+    private static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
+        let raise = try db.cachedStatement(sql: "UPDATE users SET badge = badge + 1 WHERE app_id = ? AND username = ? RETURNING badge")
+        let current = try db.cachedStatement(sql: "SELECT badge FROM users WHERE app_id = ? AND username = ?")
+        var badges: [String: Int] = [:]
+        for username in route.raisesBadge.sorted() {
+            badges[username] = try Int.fetchOne(raise, arguments: [app, username])
+        }
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
+                    expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for job in route.jobs {
+            var payload = job.payload
+            if let offset = job.badgeOffset, job.skipReason == nil {
+                if badges[job.username] == nil {
+                    badges[job.username] = try Int.fetchOne(current, arguments: [app, job.username]) ?? 0
+                }
+                payload = JSONWriter.insertBadge(badges[job.username] ?? 0, into: payload, atUTF8Offset: offset)
+            }
+            try insert.execute(arguments: [
+                app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType, job.priority,
+                job.expiration, job.collapseID, job.apnsID, payload, job.skipReason == nil ? "pending" : "skipped", job.skipReason,
+                route.now, route.now, route.now,
+            ])
+        }
+    }
+
+    public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT j.message_id, j.device_id, j.notifier FROM push_jobs j
+                    JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+                    WHERE j.app_id = ? AND j.username = ? AND j.status = 'skipped' AND j.last_reason = 'online'
+                        AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
+                    ORDER BY i.seq, j.device_id, j.notifier LIMIT ?
+                    """,
+                arguments: [app, username, app, username, max(limit, 0)])
+            var order: [Int64] = []
+            var devices: [Int64: [SkippedDevice]] = [:]
+            for row in rows {
+                let id: Int64 = row["message_id"]
+                if devices[id] == nil { order.append(id) }
+                devices[id, default: []].append(SkippedDevice(deviceID: row["device_id"], notifier: row["notifier"]))
+            }
+            let load = try db.cachedStatement(sql: "SELECT * FROM messages WHERE app_id = ? AND id = ?")
+            return try order.compactMap { id in
+                guard let row = try Row.fetchOne(load, arguments: [app, id]) else { return nil }
+                return OnlineSkip(message: try Self.message(from: row), devices: devices[id] ?? [])
+            }
+        }
+    }
+
+    // MARK: Jobs
+
+    public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
+        let token = Int64.random(in: 1...Int64.max)
+        return try await pool.write { db in
+            // A job goes to the token its device is bound to now, or nowhere: never to whoever holds the token since.
+            try db.execute(
+                sql: """
+                    UPDATE push_jobs SET status = 'skipped', last_reason = 'binding_changed', updated_at = ?, claimed_until = 0
+                    WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ? AND NOT EXISTS (
+                        SELECT 1 FROM push_bindings b WHERE b.app_id = push_jobs.app_id AND b.username = push_jobs.username
+                            AND b.device_id = push_jobs.device_id AND b.notifier = push_jobs.notifier
+                            AND (CASE WHEN push_jobs.push_type = 'voip' THEN b.voip_token ELSE b.device_token END) = push_jobs.device_token)
+                    """,
+                arguments: [now, now, now])
+            return try Row.fetchAll(
+                db,
+                sql: """
+                    UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1, claim_token = ? WHERE id IN (
+                        SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
+                        ORDER BY next_attempt_at, id LIMIT ?)
+                    RETURNING *
+                    """,
+                arguments: [now + lease, token, now, now, max(limit, 0)]
+            ).map(Self.pushJob(from:)).sorted { $0.id < $1.id }
+        }
+    }
+
+    @discardableResult
+    public func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int {
+        guard !outcomes.isEmpty else { return 0 }
+        return try await pool.write { db in
+            let update = try db.cachedStatement(
+                sql: """
+                    UPDATE push_jobs SET status = ?, last_status = ?, last_reason = ?, updated_at = ?,
+                        next_attempt_at = COALESCE(?, next_attempt_at), claimed_until = 0
+                    WHERE id = ? AND claim_token = ? AND status = 'pending'
+                    """)
+            let log = try db.cachedStatement(sql: "INSERT INTO push_attempts (job_id, at, http_status, reason, outcome) VALUES (?, ?, ?, ?, ?)")
+            var recorded = 0
+            for outcome in outcomes {
+                try update.execute(arguments: [
+                    outcome.status.rawValue, outcome.httpStatus, outcome.reason, now, outcome.nextAttemptAt, outcome.jobID, outcome.claimToken,
+                ])
+                guard db.changesCount > 0 else { continue }
+                recorded += 1
+                try log.execute(arguments: [outcome.jobID, now, outcome.httpStatus, outcome.reason, outcome.status.rawValue])
+            }
+            return recorded
+        }
+    }
+
+    public func releasePushClaims() async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE push_jobs SET claimed_until = 0 WHERE status = 'pending' AND claimed_until > 0")
+        }
+    }
+
+    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
+        let storedID = messageID?.storedID
+        if messageID != nil, storedID == nil { return [] }  // no message has such an id
+        return try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM push_jobs WHERE app_id = ? AND (? IS NULL OR username = ?) AND (? IS NULL OR message_id = ?)
+                    ORDER BY id DESC LIMIT ?
+                    """,
+                arguments: [app, username, username, storedID, storedID, max(limit, 0)])
+            let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
+            return try rows.map { row in
+                var job = Self.pushJob(from: row)
+                job.history = try Row.fetchAll(history, arguments: [job.id]).map { attempt in
+                    PushAttempt(
+                        at: attempt["at"], httpStatus: attempt["http_status"], reason: attempt["reason"],
+                        outcome: PushJobStatus(rawValue: attempt["outcome"]) ?? .pending)
+                }
+                return job
+            }
+        }
+    }
+
+    public func nextPushJobDue() async throws -> Int64? {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT MIN(MAX(next_attempt_at, claimed_until)) FROM push_jobs WHERE status = 'pending'")
+        }
+    }
+
+    static func pushJob(from row: Row) -> PushJob {
+        PushJob(
+            id: row["id"], appID: row["app_id"], messageID: UInt64(bitPattern: row["message_id"] as Int64),
+            job: NewPushJob(
+                username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
+                topic: row["topic"], pushType: row["push_type"], priority: row["priority"], expiration: row["expiration"],
+                collapseID: row["collapse_id"], apnsID: row["apns_id"], payload: row["payload"]),
+            status: PushJobStatus(rawValue: row["status"]) ?? .pending, attempts: row["attempts"], lastStatus: row["last_status"],
+            lastReason: row["last_reason"], createdAt: row["created_at"], updatedAt: row["updated_at"], nextAttemptAt: row["next_attempt_at"],
+            claimToken: row["claim_token"])
+    }
+}

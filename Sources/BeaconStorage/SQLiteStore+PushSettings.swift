@@ -1,0 +1,254 @@
+import BeaconCore
+import Foundation
+import GRDB
+
+/// Push configurations, device bindings, receivers' push settings, templates and the app's push policy.
+extension SQLiteStore {
+    public func savePushConfig(_ config: PushConfigRecord) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO push_configs (app_id, name, kind, environment, bundle_id, voip, key_id, team_id, sealed_secret, expires_at, created_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, name) DO UPDATE SET kind = excluded.kind, environment = excluded.environment,
+                        bundle_id = excluded.bundle_id, voip = excluded.voip, key_id = excluded.key_id, team_id = excluded.team_id,
+                        sealed_secret = excluded.sealed_secret, expires_at = excluded.expires_at, created_at = excluded.created_at
+                    """,
+                arguments: [
+                    config.appID, config.name, config.kind.rawValue, config.environment, config.bundleID, config.voip, config.keyID,
+                    config.teamID, Data(config.sealedSecret), config.expiresAt, config.createdAt,
+                ])
+        }
+    }
+
+    public func pushConfig(_ name: String, app: Int64) async throws -> PushConfigRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name]).map(Self.pushConfig(from:))
+        }
+    }
+
+    public func pushConfigs(app: Int64) async throws -> [PushConfigRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM push_configs WHERE app_id = ? ORDER BY name", arguments: [app]).map(Self.pushConfig(from:))
+        }
+    }
+
+    public func deletePushConfig(_ name: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name])
+            return db.changesCount > 0
+        }
+    }
+
+    private static func pushConfig(from row: Row) -> PushConfigRecord {
+        PushConfigRecord(
+            appID: row["app_id"], name: row["name"], kind: PushConfigRecord.Kind(rawValue: row["kind"]) ?? .p8, environment: row["environment"],
+            bundleID: row["bundle_id"], voip: row["voip"], keyID: row["key_id"], teamID: row["team_id"],
+            sealedSecret: [UInt8](row["sealed_secret"] as Data), expiresAt: row["expires_at"], createdAt: row["created_at"])
+    }
+
+    public func bind(_ binding: PushBinding, app: Int64) async throws {
+        try await pool.write { db in
+            // A token belongs to one user's device at a time: whoever held it (as an alert or a VoIP token) loses it.
+            for token in [binding.deviceToken] + (binding.voipToken.map { [$0] } ?? []) {
+                try db.execute(
+                    sql: "DELETE FROM push_bindings WHERE app_id = ? AND device_token = ? AND NOT (username = ? AND device_id = ?)",
+                    arguments: [app, token, binding.username, binding.deviceID])
+                try db.execute(
+                    sql: "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND NOT (username = ? AND device_id = ?)",
+                    arguments: [app, token, binding.username, binding.deviceID])
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO push_bindings (app_id, username, device_id, notifier, device_token, voip_token, bound_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, device_id, notifier)
+                    DO UPDATE SET device_token = excluded.device_token, voip_token = excluded.voip_token, bound_at = excluded.bound_at
+                    """,
+                arguments: [app, binding.username, binding.deviceID, binding.notifier, binding.deviceToken, binding.voipToken, binding.boundAt])
+        }
+    }
+
+    public func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ? AND device_id = ? AND (? IS NULL OR notifier = ?)",
+                arguments: [app, username, deviceID, notifier, notifier])
+        }
+    }
+
+    public func unbindAll(username: String, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ?", arguments: [app, username])
+        }
+    }
+
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool {
+        try await pool.write { db in
+            // A dead VoIP token takes only itself away; a dead alert token, the binding.
+            try db.execute(
+                sql: "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
+                arguments: [app, deviceToken, notifier, unlessBoundSince, unlessBoundSince])
+            var removed = db.changesCount
+            try db.execute(
+                sql: "DELETE FROM push_bindings WHERE app_id = ? AND device_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
+                arguments: [app, deviceToken, notifier, unlessBoundSince, unlessBoundSince])
+            removed += db.changesCount
+            return removed > 0
+        }
+    }
+
+    public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
+        try await bindings(of: [username], app: app)[username] ?? []
+    }
+
+    public func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]] {
+        guard !usernames.isEmpty else { return [:] }
+        return try await pool.read { db in
+            var found: [String: [PushBinding]] = [:]
+            for chunk in Self.chunks(usernames) {
+                for row in try Row.fetchAll(
+                    db,
+                    sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username IN (\(Self.marks(chunk.count))) ORDER BY username, device_id, notifier",
+                    arguments: StatementArguments([app] + Array(chunk)))
+                {
+                    let binding = Self.binding(from: row)
+                    found[binding.username, default: []].append(binding)
+                }
+            }
+            return found
+        }
+    }
+
+    static func binding(from row: Row) -> PushBinding {
+        PushBinding(
+            username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
+            voipToken: row["voip_token"], boundAt: row["bound_at"])
+    }
+
+    // MARK: Push settings
+
+    public func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws {
+        try await pool.write { db in
+            if settings.remindType == nil && settings.quietHours == nil && settings.silentUntil == nil {
+                try db.execute(
+                    sql: "DELETE FROM push_settings WHERE app_id = ? AND username = ? AND scope = ?", arguments: [app, settings.username, settings.scope])
+                return
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO push_settings (app_id, username, scope, remind_type, quiet_hours, silent_until) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, username, scope) DO UPDATE SET remind_type = excluded.remind_type,
+                        quiet_hours = excluded.quiet_hours, silent_until = excluded.silent_until
+                    """,
+                arguments: [app, settings.username, settings.scope, settings.remindType, settings.quietHours, settings.silentUntil])
+        }
+    }
+
+    public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
+        let found = try await pushSettings(of: [username], scopes: scopes, app: app).settings
+        return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    public func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
+        -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
+    {
+        guard !usernames.isEmpty, !scopes.isEmpty else { return ([], [:]) }
+        return try await pool.read { db in
+            var settings: [PushSettingsRecord] = []
+            var profiles: [String: PushProfile] = [:]
+            let scopeMarks = Self.marks(scopes.count)
+            for slice in Self.chunks(usernames, of: 400) {
+                let chunk = Array(slice)
+                let marks = Self.marks(chunk.count)
+                for row in try Row.fetchAll(
+                    db, sql: "SELECT * FROM push_settings WHERE app_id = ? AND username IN (\(marks)) AND scope IN (\(scopeMarks))",
+                    arguments: StatementArguments([app] + chunk + scopes))
+                {
+                    settings.append(
+                        PushSettingsRecord(
+                            username: row["username"], scope: row["scope"], remindType: row["remind_type"], quietHours: row["quiet_hours"],
+                            silentUntil: row["silent_until"]))
+                }
+                for row in try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT username, timezone, display_style, push_language, push_template, nickname FROM users
+                        WHERE app_id = ? AND username IN (\(marks))
+                        """,
+                    arguments: StatementArguments([app] + chunk))
+                {
+                    profiles[row["username"]] = PushProfile(
+                        timeZone: row["timezone"], displayStyle: row["display_style"], language: row["push_language"],
+                        template: row["push_template"], nickname: row["nickname"])
+                }
+            }
+            return (settings, profiles)
+        }
+    }
+
+    public func setPushPreferences(of username: String, app: Int64, language: String??, template: String??) async throws {
+        try await pool.write { db in
+            if let language {
+                try db.execute(sql: "UPDATE users SET push_language = ? WHERE app_id = ? AND username = ?", arguments: [language, app, username])
+            }
+            if let template {
+                try db.execute(sql: "UPDATE users SET push_template = ? WHERE app_id = ? AND username = ?", arguments: [template, app, username])
+            }
+        }
+    }
+
+    public func saveTemplate(_ template: PushTemplateRecord, app: Int64, replace: Bool) async throws -> Bool {
+        try await pool.write { db in
+            if replace {
+                try db.execute(
+                    sql: "UPDATE push_templates SET title_pattern = ?, content_pattern = ?, updated_at = ? WHERE app_id = ? AND name = ?",
+                    arguments: [template.titlePattern, template.contentPattern, template.updatedAt, app, template.name])
+                return db.changesCount > 0
+            }
+            try Self.mapConstraint("template \(template.name) already exists") {
+                try db.execute(
+                    sql: "INSERT INTO push_templates (app_id, name, title_pattern, content_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    arguments: [app, template.name, template.titlePattern, template.contentPattern, template.createdAt, template.updatedAt])
+            }
+            return true
+        }
+    }
+
+    public func templates(app: Int64) async throws -> [PushTemplateRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM push_templates WHERE app_id = ? ORDER BY name", arguments: [app]).map { row in
+                PushTemplateRecord(
+                    name: row["name"], titlePattern: row["title_pattern"], contentPattern: row["content_pattern"], createdAt: row["created_at"],
+                    updatedAt: row["updated_at"])
+            }
+        }
+    }
+
+    public func deleteTemplate(_ name: String, app: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM push_templates WHERE app_id = ? AND name = ?", arguments: [app, name])
+            return db.changesCount > 0
+        }
+    }
+
+    public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db, sql: "SELECT multi_device, default_timezone, display_strings FROM apps WHERE id = ?", arguments: [app])
+            let strings = (row?["display_strings"] as String?).flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
+            return PushPolicyRecord(
+                multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC", displayStrings: strings ?? [:])
+        }
+    }
+
+    public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ? WHERE id = ?",
+                arguments: [
+                    policy.multiDevice, policy.timezone, String(decoding: try JSONEncoder().encode(policy.displayStrings), as: UTF8.self), app,
+                ])
+        }
+    }
+
+}
