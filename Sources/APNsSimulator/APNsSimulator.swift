@@ -119,9 +119,14 @@ public final class APNsSimulator: Service, Sendable {
         state.data.withLock { $0.unregistered[deviceToken.lowercased()] = timestamp }
     }
 
-    /// Ties a device token to a topic (and environment): others get `DeviceTokenNotForTopic` (or `BadDeviceToken`).
+    /// Ties a device token to an app's topic (and environment) and to its kind, as iOS issues them: a PushKit token
+    /// (`topic` ending in `.voip`) takes VoIP pushes only, any other token everything but VoIP. Pushes that do not
+    /// match get `DeviceTokenNotForTopic` (`BadDeviceToken` for the other environment).
     public func registerDeviceToken(_ deviceToken: String, topic: String, environment: APNsEnvironment? = nil) {
-        state.data.withLock { $0.tokenTopics[deviceToken.lowercased()] = (topic, environment) }
+        let voipSuffix = APNsPushType.voip.topicSuffix
+        let voip = topic.hasSuffix(voipSuffix)
+        let bundle = voip ? String(topic.dropLast(voipSuffix.count)) : topic
+        state.data.withLock { $0.tokenTopics[deviceToken.lowercased()] = RegisteredToken(topic: bundle, environment: environment, voip: voip) }
     }
 
     /// Replaces the injected faults.

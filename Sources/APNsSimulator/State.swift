@@ -84,6 +84,13 @@ public struct SimulatorFaults: Sendable, Codable, Hashable {
     public init() {}
 }
 
+/// A device token tied to an app, an environment and a kind (PushKit VoIP or not).
+struct RegisteredToken: Sendable {
+    var topic: String
+    var environment: APNsEnvironment?
+    var voip: Bool
+}
+
 /// A client-certificate CA the simulator trusts, with the topics its certificates may push to.
 struct TrustedAuthority: Sendable {
     var certificate: Certificate
@@ -98,7 +105,7 @@ final class SimulatorState: Sendable {
         var keys: [String: (teamID: String, key: P256.Signing.PublicKey)] = [:]
         var authorities: [TrustedAuthority] = []
         var unregistered: [String: Int64] = [:]
-        var tokenTopics: [String: (topic: String, environment: APNsEnvironment?)] = [:]
+        var tokenTopics: [String: RegisteredToken] = [:]
         var faults = SimulatorFaults()
         var failuresLeft: Int?
         var deliveries: [SimulatedDelivery] = []

@@ -91,6 +91,8 @@ struct RequestValidator {
         if let registered = lookup.1 {
             if let tokenEnvironment = registered.environment, tokenEnvironment != environment { return reject(.badDeviceToken) }
             if registered.topic != String(topic.dropLast(pushType.topicSuffix.count)) { return reject(.deviceTokenNotForTopic) }
+            // A VoIP token takes VoIP pushes only, an alert token never one.
+            if registered.voip != (pushType == .voip) { return reject(.deviceTokenNotForTopic) }
         }
         if let timestamp = lookup.0 { return reject(.unregistered, timestamp: timestamp) }
 

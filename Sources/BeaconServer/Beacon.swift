@@ -34,9 +34,8 @@ public struct BeaconConfiguration: Sendable {
     public var onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
     /// Told about every batch of push attempts once it is recorded (for monitoring and tests).
     public var onPushAttempts: (@Sendable ([PushAttemptOutcome]) -> Void)?
-    /// Called while a message's pushes are being decided, after presence was read and before the decision is recorded
-    /// (tests hold a route there to race a device against it).
-    public var afterPresence: (@Sendable (UInt64) async -> Void)?
+    /// Points where tests hold or fail the server, to drive races deterministically. Empty in production.
+    public var hooks = BeaconHooks()
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
@@ -59,9 +58,18 @@ public struct BeaconConfiguration: Sendable {
         self.pushMaxAge = pushMaxAge
         self.onPushConfiguration = nil
         self.onPushAttempts = nil
-        self.afterPresence = nil
         self.clock = clock
     }
+}
+
+/// Points where tests hold or fail a running server, to drive races deterministically rather than by sleeping.
+public struct BeaconHooks: Sendable {
+    /// Called while a message's pushes are decided: after presence was read, before the decision is recorded.
+    public var afterPresence: (@Sendable (_ messageID: UInt64) async -> Void)?
+    /// Called once a device counts as online, before its connection goes on; throwing fails the connection.
+    public var afterDeviceRegistered: (@Sendable (_ username: String, _ deviceID: String) async throws -> Void)?
+
+    public init() {}
 }
 
 /// A Beacon server: the REST API and WebSocket gateway on one port, plus its background services.
@@ -104,7 +112,7 @@ public struct BeaconServer: Sendable {
         }
         let pushRouter = pushWorker.map { worker in
             PushRouter(
-                store: store, presence: registry, clock: configuration.clock, logger: logger, afterPresence: configuration.afterPresence,
+                store: store, presence: registry, clock: configuration.clock, logger: logger, afterPresence: configuration.hooks.afterPresence,
                 jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
@@ -158,7 +166,7 @@ public struct BeaconServer: Sendable {
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             let session = DeviceSession(
                 app: app, username: username, deviceID: deviceID, messages: messages, registry: registry, cursors: cursors,
-                outboxLimit: configuration.outboxLimit, logger: context.logger)
+                outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
 

@@ -15,6 +15,8 @@ struct DeviceSession {
     let registry: ConnectionRegistry
     let cursors: CursorBook
     let outboxLimit: Int
+    /// `BeaconHooks.afterDeviceRegistered`.
+    let afterRegistered: (@Sendable (String, String) async throws -> Void)?
     let logger: Logger
 
     static let maxFrameBytes = 64 * 1024
@@ -50,6 +52,7 @@ struct DeviceSession {
     }
 
     private func runOnline(outbox: DeviceOutbox, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        try await afterRegistered?(username, deviceID)
         let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(username, device: deviceID, app: app.id, to: cursor)

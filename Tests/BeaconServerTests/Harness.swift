@@ -8,6 +8,8 @@ import BeaconServer
 import BeaconStorage
 import Foundation
 import Hummingbird
+import HummingbirdWSClient
+import BeaconProtocol
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -41,6 +43,9 @@ struct TestBeacon: Sendable {
     let appToken: String
     /// Every push attempt the server records, in order.
     let pushOutcomes: Collector<PushAttemptOutcome>
+    /// Who is online on the server.
+    let presence: any PresenceRegistry
+    let directory: URL
 
     var appKey: String { "acme#chat" }
 
@@ -48,7 +53,7 @@ struct TestBeacon: Sendable {
     /// to that simulator (trusting what is uploaded) using `secretKey`; `directory` reuses a data directory.
     static func run<T: Sendable>(
         clock: TestClock? = nil, push: APNsSimulator? = nil, apnsRouting: APNsRouting? = nil, directory: URL? = nil,
-        _ body: @Sendable (TestBeacon) async throws -> T
+        hooks: BeaconHooks = BeaconHooks(), _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
         let store = try SQLiteStore(directory: directory.path)
@@ -58,6 +63,7 @@ struct TestBeacon: Sendable {
             ? try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store) : nil
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
         if let clock { configuration.clock = { clock.now } }
+        configuration.hooks = hooks
         configuration.secretBox = SecretBox(key: testSecretKey)
         let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)
         configuration.onPushAttempts = { for outcome in $0 { outcomeSink.yield(outcome) } }
@@ -91,7 +97,8 @@ struct TestBeacon: Sendable {
             let app = try await store.app(AppKey(org: "acme", name: "chat"))!
             let token = server.issueToken(app: app)
             let beacon = TestBeacon(
-                baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token, pushOutcomes: pushOutcomes)
+                baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token, pushOutcomes: pushOutcomes,
+                presence: server.presence, directory: directory)
             do {
                 let result = try await body(beacon)
                 await services.triggerGracefulShutdown()
@@ -272,19 +279,119 @@ func withSimulator<T: Sendable>(_ body: @Sendable (APNsSimulator) async throws -
 }
 
 /// A Beacon server pushing to a fresh simulator.
-func withPushBeacon<T: Sendable>(_ body: @Sendable (TestBeacon, APNsSimulator) async throws -> T) async throws -> T {
+func withPushBeacon<T: Sendable>(
+    clock: TestClock? = nil, hooks: BeaconHooks = BeaconHooks(), _ body: @Sendable (TestBeacon, APNsSimulator) async throws -> T
+) async throws -> T {
     try await withSimulator { simulator in
-        try await TestBeacon.run(push: simulator) { beacon in try await body(beacon, simulator) }
+        try await TestBeacon.run(clock: clock, push: simulator, hooks: hooks) { beacon in try await body(beacon, simulator) }
+    }
+}
+
+/// A device speaking the WebSocket protocol frame by frame (no SDK: it acknowledges nothing unless told to).
+final class RawDevice: Sendable {
+    let frames: Collector<ServerFrame>
+    private let outgoing: AsyncStream<String>.Continuation
+    private let task: Task<Void, any Error>
+
+    init(beacon: TestBeacon, token: String, device: String) {
+        let (frames, frameSink) = AsyncStream.makeStream(of: ServerFrame.self)
+        let (outgoing, outgoingSink) = AsyncStream.makeStream(of: String.self)
+        self.frames = Collector(frames)
+        self.outgoing = outgoingSink
+        task = Task {
+            defer { frameSink.finish() }
+            try await WebSocketClient.connect(
+                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=\(device)&access_token=\(token)", logger: Logger(label: "test")
+            ) { inbound, outbound, _ in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await text in outgoing { try await outbound.write(.text(text)) }
+                        try await outbound.close(.normalClosure, reason: nil)
+                    }
+                    for try await message in inbound.messages(maxSize: 1 << 20) {
+                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                            continue
+                        }
+                        frameSink.yield(frame)
+                    }
+                    group.cancelAll()
+                }
+            }
+        }
+    }
+
+    /// Connects `username`'s device and waits for `synced`.
+    static func connect(_ beacon: TestBeacon, _ username: String, device: String) async throws -> RawDevice {
+        let raw = RawDevice(beacon: beacon, token: try await beacon.userToken(username), device: device)
+        try await raw.frames.wait { $0.contains { if case .synced = $0 { true } else { false } } }
+        return raw
+    }
+
+    func send(_ text: String) {
+        outgoing.yield(text)
+    }
+
+    /// Closes the connection (a clean close) and waits until it is gone.
+    func close() async {
+        outgoing.finish()
+        _ = try? await task.value
+    }
+
+    /// The stored messages received, by `seq`.
+    var stored: [(seq: Int64, text: String?)] { Self.stored(in: frames.items) }
+
+    /// The stored messages among `frames`.
+    static func stored(in frames: [ServerFrame]) -> [(seq: Int64, text: String?)] {
+        frames.compactMap { frame in
+            if case .message(let seq?, let message) = frame { return (seq, message.body["msg"]?.stringValue) }
+            return nil
+        }
+    }
+}
+
+/// A gate a hook waits at until the test opens it.
+final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>], arrived: Int)>((false, [], 0))
+
+    /// Called by the hook: counts the arrival and waits until the gate opens.
+    func pass() async {
+        await withCheckedContinuation { continuation in
+            let open = state.withLock { state in
+                state.arrived += 1
+                if !state.open { state.waiters.append(continuation) }
+                return state.open
+            }
+            if open { continuation.resume() }
+        }
+    }
+
+    var arrived: Int { state.withLock { $0.arrived } }
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.open = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits until `count` hooks have arrived (polling; bounded).
+    func waitForArrivals(_ count: Int) async throws {
+        for _ in 0..<2000 where arrived < count { try await Task.sleep(for: .milliseconds(10)) }
+        guard arrived >= count else { throw HTTPError(description: "only \(arrived) of \(count) arrived at the gate") }
     }
 }
 
 extension TestBeacon {
     /// Uploads a token-auth (`.p8`) push configuration named `name`.
-    func uploadP8(name: String = "ios-dev", bundleID: String = "com.example.chat", environment: String = "development") async throws {
+    func uploadP8(name: String = "ios-dev", bundleID: String = "com.example.chat", environment: String = "development", voip: Bool = false)
+        async throws
+    {
         let (status, answer) = try await rest(
             "POST", "/push/certificates",
             ["name": .string(name), "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "KEY0000001",
-             "team_id": "TEAM000001", "environment": .string(environment), "bundle_id": .string(bundleID)])
+             "team_id": "TEAM000001", "environment": .string(environment), "bundle_id": .string(bundleID), "voip": .bool(voip)])
         guard status == 200 else { throw HTTPError(description: "upload failed: \(answer)") }
     }
 
@@ -296,5 +403,16 @@ extension TestBeacon {
     /// The app's push delivery records for a user.
     func deliveries(of username: String) async throws -> [JSONValue] {
         try await rest("GET", "/push/deliveries?username=\(username)").json["entities"]?.arrayValue ?? []
+    }
+
+    /// Waits (polling, bounded) until the user's delivery records satisfy `condition`; returns them.
+    @discardableResult
+    func deliveries(of username: String, until condition: ([JSONValue]) -> Bool) async throws -> [JSONValue] {
+        for _ in 0..<1000 {
+            let records = try await deliveries(of: username)
+            if condition(records) { return records }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw HTTPError(description: "delivery records of \(username) never matched: \(try await deliveries(of: username))")
     }
 }
