@@ -91,7 +91,6 @@ public actor BeaconClient {
     /// Between `welcome` and `synced`: stored messages stream in and acks are sent in batches.
     private var catchingUp = false
     private static let catchUpAckBatch: Int64 = 200
-    private var sendCounter = 0
     /// Set when the server said this connection must not come back (kicked, replaced).
     private var stopReconnecting = false
 
@@ -164,8 +163,8 @@ public actor BeaconClient {
     @discardableResult
     public func send(_ draft: OutgoingChatMessage) async throws -> Message {
         try await waitUntilConnected()
-        sendCounter += 1
-        let id = "c\(sendCounter)"
+        // Unique per device for the server's 24 h of send receipts: a counter would repeat after a relaunch.
+        let id = UUID().uuidString.lowercased()
         let request = ClientFrame.SendRequest(
             id: id, to: draft.to, chatType: draft.chatType, type: draft.content.type, body: draft.content.body,
             ext: draft.ext.isEmpty ? nil : draft.ext, routetype: draft.onlineOnly ? RouteType.online : nil)

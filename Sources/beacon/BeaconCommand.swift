@@ -65,6 +65,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "PEM file of the CA to trust for --apns-endpoint (env BEACON_APNS_CA).")
     var apnsCa: String?
 
+    @Option(help: "full (default): every acknowledged message is on disk, surviving power loss; normal: faster, survives a crash of Beacon but a power loss may undo the last commits (env BEACON_DURABILITY).")
+    var durability: String?
+
     @Flag(help: "Start the APNs simulator in-process and send every push to it (config key apnsSimulator).")
     var apnsSimulator = false
 
@@ -79,11 +82,16 @@ struct Serve: AsyncParsableCommand {
         if let port { flags["port"] = ConfigValue(.int(port), isSecret: false) }
         if let apnsEndpoint { flags["apnsEndpoint"] = ConfigValue(.string(apnsEndpoint), isSecret: false) }
         if let apnsCa { flags["apnsCa"] = ConfigValue(.string(apnsCa), isSecret: false) }
+        if let durability { flags["durability"] = ConfigValue(.string(durability), isSecret: false) }
         if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
         let config = try await data.reader(flags: flags)
         let logger = makeLogger(level: config.string(forKey: "logLevel"))
         let dataDir = config.string(forKey: "dataDir", default: "./data")
-        let store = try SQLiteStore(directory: dataDir)
+        let durabilityName = config.string(forKey: "durability", default: SQLiteStore.Durability.full.rawValue)
+        guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
+            throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
+        }
+        let store = try SQLiteStore(directory: dataDir, durability: durability)
         var configuration = BeaconConfiguration(
             host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080))
         if let key = config.string(forKey: "secretKey", isSecret: true) {
