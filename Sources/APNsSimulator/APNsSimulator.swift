@@ -135,6 +135,7 @@ public final class APNsSimulator: Service, Sendable {
             data.faults = faults
             data.failuresLeft = faults.failCount
             data.recentByToken = [:]
+            if faults.stall == true { data.stallGeneration += 1 }
         }
     }
 

@@ -27,6 +27,7 @@ struct APNsListener: Sendable {
                     let auth = ConnectionAuth()
                     let context = state.tlsContext.withLock { $0 }
                     let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(StallFault(state: state))
                     try sync.addHandler(NIOSSLServerHandler(context: context))
                     try sync.addHandler(ClientCertificateReader(auth: auth, state: state))
                     var connection = NIOHTTP2Handler.ConnectionConfiguration()
@@ -47,6 +48,23 @@ struct APNsListener: Sendable {
                 }
             }
             .bind(host: host, port: port).get()
+    }
+}
+
+/// The `stall` fault: a connection that was open when it was set drops every byte it receives, for good.
+final class StallFault: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+
+    let state: SimulatorState
+    let generation: Int
+
+    init(state: SimulatorState) {
+        self.state = state
+        generation = state.data.withLock { $0.stallGeneration }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if state.data.withLock({ $0.stallGeneration == generation }) { context.fireChannelRead(data) }
     }
 }
 
@@ -118,9 +136,16 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
         let now = clock()
         let connectionRequest = auth.state.withLock { state -> Int in
             state.requests += 1
+            state.unanswered += 1
             return state.requests
         }
         let faults = state.data.withLock { $0.faults }
+        if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent,
+            let stream = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+        {
+            auth.state.withLock { $0.draining = true }
+            parent.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: stream, errorCode: .noError, opaqueData: nil)), promise: nil)
+        }
         if let after = faults.goAwayAfter, connectionRequest > after {
             goAway(context: context, reason: faults.goAwayReason ?? "Shutdown")
             return
@@ -164,10 +189,21 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
                     handler.wrapOutboundOut(.data(.init(data: .byteBuffer(ByteBuffer(string: json)), endStream: true))), promise: nil)
             }
         }
-        if let delay = faults.delayMilliseconds, delay > 0 {
-            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) { write() }
-        } else {
+        let auth = self.auth
+        let parent = context.channel.parent
+        let answerThenDrain: @Sendable () -> Void = {
             write()
+            let drained = auth.state.withLock { state in
+                state.unanswered -= 1
+                return state.draining && state.unanswered == 0
+            }
+            // The answer reaches the connection within this event-loop tick: close on the next.
+            if drained, let parent { parent.eventLoop.execute { parent.close(promise: nil) } }
+        }
+        if let delay = faults.delayMilliseconds, delay > 0 {
+            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) { answerThenDrain() }
+        } else {
+            answerThenDrain()
         }
     }
 

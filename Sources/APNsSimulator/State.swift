@@ -67,6 +67,12 @@ public struct SimulatorFaults: Sendable, Codable, Hashable {
     /// After this many more requests on a connection, send GOAWAY with `{"reason": goAwayReason}` and close it.
     public var goAwayAfter: Int?
     public var goAwayReason: String?
+    /// After this many requests on a connection, send GOAWAY (NO_ERROR, last stream = that request) and close the
+    /// connection once its requests are answered, as APNs does when it restarts gracefully.
+    public var drainAfter: Int?
+    /// Every connection open when these faults are set stops reading anything, PINGs included, as when its network
+    /// path dies; connections opened later work.
+    public var stall: Bool?
     /// After this many more requests on a connection, reset it (close the TCP connection without answering).
     public var resetAfter: Int?
     /// Delay every answer by this many milliseconds.
@@ -78,7 +84,7 @@ public struct SimulatorFaults: Sendable, Codable, Hashable {
         case tooManyRequestsTokens = "too_many_requests_tokens", maxPerTokenPerSecond = "max_per_token_per_second"
         case failStatus = "fail_status", failReason = "fail_reason", failCount = "fail_count"
         case goAwayAfter = "goaway_after", goAwayReason = "goaway_reason", resetAfter = "reset_after"
-        case delayMilliseconds = "delay_ms", neverAnswer = "never_answer"
+        case delayMilliseconds = "delay_ms", neverAnswer = "never_answer", drainAfter = "drain_after", stall
     }
 
     public init() {}
@@ -110,6 +116,8 @@ final class SimulatorState: Sendable {
         var failuresLeft: Int?
         var deliveries: [SimulatedDelivery] = []
         var recentByToken: [String: [Int64]] = [:]
+        /// Counts `stall` faults: a connection opened before the latest one is dead.
+        var stallGeneration = 0
     }
 
     let data = Mutex(Data())

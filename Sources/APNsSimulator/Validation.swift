@@ -17,6 +17,10 @@ final class ConnectionAuth: Sendable {
         var teamID: String?
         var authenticated = false
         var requests = 0
+        /// Requests read and not yet answered.
+        var unanswered = 0
+        /// GOAWAY sent: close once `unanswered` is 0.
+        var draining = false
     }
     let state = Mutex(State())
 }

@@ -17,13 +17,17 @@ public final class APNsClient: Sendable {
         public var connections: Int
         /// Notifications in flight across the pool; more wait their turn.
         public var maxInFlight: Int
-        /// Every request gets an answer or `APNsFailure.timeout` within this of its stream opening (waiting for a
-        /// stream slot is bounded by the requests ahead of it, each bounded by this).
+        /// Every request gets an answer or `APNsFailure.timeout` within this of its stream opening.
         public var requestTimeout: Duration
+        /// The longest a notification waits for its turn (first the in-flight limit, then a stream slot on its
+        /// connection); past it, `APNsFailure.timeout`. A cancelled task stops waiting at once.
+        public var waitTimeout: Duration
         /// A provider token is reused this long (Apple: refresh between 20 and 60 minutes).
         public var tokenLifetime: Duration
-        /// PING a connection that has been idle this long.
+        /// PING a connection that has been idle this long, and whenever a request on it times out.
         public var pingInterval: Duration
+        /// A connection whose PING is not acknowledged within this is taken for dead and closed.
+        public var pingTimeout: Duration
         /// First wait before reconnecting after a failed connect; doubles up to `maxReconnectDelay`.
         public var reconnectDelay: Duration
         public var maxReconnectDelay: Duration
@@ -31,15 +35,17 @@ public final class APNsClient: Sendable {
         public var clock: @Sendable () -> Date
 
         public init(
-            connections: Int = 2, maxInFlight: Int = 1000, requestTimeout: Duration = .seconds(10), tokenLifetime: Duration = .seconds(50 * 60),
-            pingInterval: Duration = .seconds(300), reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(30),
+            connections: Int = 2, maxInFlight: Int = 1000, requestTimeout: Duration = .seconds(10), waitTimeout: Duration = .seconds(30),
+            tokenLifetime: Duration = .seconds(50 * 60), pingInterval: Duration = .seconds(300), pingTimeout: Duration = .seconds(5), reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(30),
             clock: @escaping @Sendable () -> Date = Date.init
         ) {
             self.connections = connections
             self.maxInFlight = maxInFlight
             self.requestTimeout = requestTimeout
+            self.waitTimeout = waitTimeout
             self.tokenLifetime = tokenLifetime
             self.pingInterval = pingInterval
+            self.pingTimeout = pingTimeout
             self.reconnectDelay = reconnectDelay
             self.maxReconnectDelay = maxReconnectDelay
             self.clock = clock
@@ -53,6 +59,7 @@ public final class APNsClient: Sendable {
     private let slots: [Slot]
     private let limiter: Limiter
     private let next = Atomic<Int>(0)
+    private let retired = Atomic<Bool>(false)
 
     public init(
         credentials: APNsCredentials, endpoint: APNsEndpoint, configuration: Configuration = Configuration(),
@@ -66,25 +73,24 @@ public final class APNsClient: Sendable {
         self.limiter = Limiter(limit: max(1, configuration.maxInFlight))
     }
 
-    /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure.
-    /// An `ExpiredProviderToken` answer makes a new token and retries once.
+    /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure
+    /// (`.timeout` also when its turn did not come within `waitTimeout`). An `ExpiredProviderToken` answer makes a new
+    /// token (one per connection, however many requests heard it) and retries once.
     public func send(_ notification: APNsNotification) async throws(APNsFailure) -> APNsAccepted {
         do {
-            try await limiter.acquire()
+            try await limiter.waitForTurn(timeout: configuration.waitTimeout, on: group.any())
+        } catch let failure as APNsFailure {
+            throw failure
         } catch {
             throw .connectionLost("cancelled")
         }
         defer { limiter.release() }
-        let timeout = configuration.requestTimeout
         do {
-            let connection = try await self.connection()
-            do {
-                return try await connection.send(notification, timeout: timeout)
-            } catch APNsFailure.rejected(403, .expiredProviderToken, _, _) {
-                return try await connection.send(notification, timeout: timeout, forceNewToken: true)
-            }
+            return try await connection().send(notification, timeout: configuration.requestTimeout, waitTimeout: configuration.waitTimeout)
         } catch let failure as APNsFailure {
             throw failure
+        } catch is CancellationError {
+            throw .connectionLost("cancelled")
         } catch {
             throw .connectionLost("\(error)")
         }
@@ -95,10 +101,17 @@ public final class APNsClient: Sendable {
         for slot in slots { await slot.close() }
     }
 
+    /// Takes no new work and closes each connection once its requests are answered (a replaced configuration).
+    public func retire() {
+        retired.store(true, ordering: .relaxed)
+        for slot in slots { slot.retire() }
+    }
+
     /// A usable connection: the least busy of the pool. Load opens the pool's other connections as it grows
     /// (fewer streams per connection cost less in HTTP/2 bookkeeping), and a slot whose connection went away
     /// is reconnected.
     private func connection() async throws -> APNsConnection {
+        if retired.load(ordering: .relaxed) { throw APNsFailure.connectionLost("client retired") }
         let start = next.wrappingAdd(1, ordering: .relaxed).oldValue
         var best: APNsConnection?
         var idleSlot: Slot?
@@ -115,7 +128,9 @@ public final class APNsClient: Sendable {
         return try await slot.connection {
             try await APNsConnection.connect(
                 to: self.endpoint, credentials: self.credentials,
-                settings: .init(tokenLifetime: self.configuration.tokenLifetime, pingInterval: self.configuration.pingInterval, clock: self.configuration.clock),
+                settings: .init(
+                    tokenLifetime: self.configuration.tokenLifetime, pingInterval: self.configuration.pingInterval,
+                    pingTimeout: self.configuration.pingTimeout, clock: self.configuration.clock),
                 group: self.group)
         } backoff: {
             (self.configuration.reconnectDelay, self.configuration.maxReconnectDelay)
@@ -158,8 +173,9 @@ public final class APNsClient: Sendable {
                     wait = .zero
                 }
                 let old = state.connection
+                // A connection told to go away (GOAWAY) still answers the requests it took: let them finish.
+                old?.closeWhenDrained()
                 let task = Task {
-                    await old?.close()
                     if wait > .zero { try await Task.sleep(for: wait) }
                     return try await connect()
                 }
@@ -188,52 +204,22 @@ public final class APNsClient: Sendable {
             }
         }
 
+        func retire() {
+            takeConnection()?.closeWhenDrained()
+        }
+
         func close() async {
-            let connection = state.withLock { state in
+            await takeConnection()?.close()
+        }
+
+        /// Empties the slot, stopping a connect under way.
+        private func takeConnection() -> APNsConnection? {
+            state.withLock { state in
                 state.connecting?.cancel()
                 state.connecting = nil
                 defer { state.connection = nil }
                 return state.connection
             }
-            await connection?.close()
         }
-    }
-}
-
-/// A counting semaphore for async code.
-final class Limiter: Sendable {
-    private struct State {
-        var available: Int
-        var waiters: [CheckedContinuation<Void, any Error>] = []
-    }
-    private let state: Mutex<State>
-
-    init(limit: Int) {
-        state = Mutex(State(available: limit))
-    }
-
-    func acquire() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let granted = state.withLock { state in
-                if state.available > 0 {
-                    state.available -= 1
-                    return true
-                }
-                state.waiters.append(continuation)
-                return false
-            }
-            if granted { continuation.resume() }
-        }
-    }
-
-    func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-            if state.waiters.isEmpty {
-                state.available += 1
-                return nil
-            }
-            return state.waiters.removeFirst()
-        }
-        next?.resume()
     }
 }

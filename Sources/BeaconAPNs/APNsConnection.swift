@@ -15,6 +15,7 @@ final class APNsConnection: Sendable {
     struct Settings: Sendable {
         var tokenLifetime: Duration
         var pingInterval: Duration
+        var pingTimeout: Duration
         var clock: @Sendable () -> Date
     }
 
@@ -63,7 +64,7 @@ final class APNsConnection: Sendable {
                     let multiplexer = try sync.configureHTTP2Pipeline(
                         mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
                     ) { $0.eventLoop.makeSucceededVoidFuture() }
-                    try sync.addHandler(ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval))
+                    try sync.addHandler(ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval, pingTimeout: settings.pingTimeout))
                     return (channel, multiplexer)
                 }
             }
@@ -71,11 +72,22 @@ final class APNsConnection: Sendable {
             channel: channel, multiplexer: multiplexer, authority: endpoint.host, signingKey: signingKey, settings: settings, state: state)
     }
 
-    /// Sends one notification on its own stream; answers or throws `APNsFailure`.
-    /// Answers or throws `APNsFailure` within `timeout` of the stream opening.
-    func send(_ notification: APNsNotification, timeout: Duration, forceNewToken: Bool = false) async throws -> APNsAccepted {
-        try await state.acquireStream()
-        defer { state.releaseStream() }
+    /// Sends one notification on its own stream, once its turn for a stream slot comes (within `waitTimeout`).
+    /// Answers or throws `APNsFailure` within `timeout` of the stream opening; an `ExpiredProviderToken` answer
+    /// replaces the token that failed (unless another request already did) and retries once.
+    func send(_ notification: APNsNotification, timeout: Duration, waitTimeout: Duration) async throws -> APNsAccepted {
+        try await state.waitForTurn(timeout: waitTimeout, on: channel.eventLoop)
+        defer { if state.releaseStream() { close(reason: "drained after GOAWAY or replacement") } }
+        let token = try signingKey.map { try providerToken($0, replacing: nil) }
+        do {
+            return try await send(notification, token: token, timeout: timeout)
+        } catch let failure as APNsFailure {
+            guard case .rejected(403, .expiredProviderToken, _, _) = failure, let signingKey else { throw failure }
+            return try await send(notification, token: try providerToken(signingKey, replacing: token), timeout: timeout)
+        }
+    }
+
+    private func send(_ notification: APNsNotification, token: String?, timeout: Duration) async throws -> APNsAccepted {
         var headers: HPACKHeaders = [
             ":method": "POST", ":scheme": "https", ":path": "/3/device/\(notification.deviceToken)", ":authority": authority,
             "apns-topic": notification.topic, "apns-push-type": notification.pushType.rawValue,
@@ -84,9 +96,7 @@ final class APNsConnection: Sendable {
         if let priority = notification.priority { headers.add(name: "apns-priority", value: String(priority)) }
         if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
         if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
-        if let signingKey {
-            headers.add(name: "authorization", value: "bearer " + (try providerToken(signingKey, forceNew: forceNewToken)), indexing: .indexable)
-        }
+        if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
         // One hop to the event loop: the stream is created, and its handler writes the request once it is active.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
         let request = (headers, ByteBuffer(bytes: notification.payload))
@@ -101,6 +111,10 @@ final class APNsConnection: Sendable {
         do {
             answer = try await response.futureResult.get()
             state.markAnswered()
+        } catch APNsFailure.timeout {
+            // No answer in time: find out whether the connection itself is dead rather than wait for TCP to say so.
+            channel.triggerUserOutboundEvent(ConnectionEventsHandler.Probe(), promise: nil)
+            throw APNsFailure.timeout
         } catch let failure as APNsFailure {
             if case .connectionLost(let why) = failure { throw APNsFailure.connectionLost(await lossReason(default: why)) }
             throw failure
@@ -127,15 +141,15 @@ final class APNsConnection: Sendable {
         var timestamp: Int64?
     }
 
-    /// The connection's provider token, made anew when it is older than `tokenLifetime` or when forced.
-    private func providerToken(_ key: APNsSigningKey, forceNew: Bool) throws -> String {
+    /// The connection's provider token, made anew when it is older than `tokenLifetime` or is the `failed` one
+    /// (several requests hearing `ExpiredProviderToken` at once replace it once: APNs refuses frequent updates).
+    private func providerToken(_ key: APNsSigningKey, replacing failed: String?) throws -> String {
         let now = settings.clock()
         return try state.token { current in
-            if let current, !forceNew, now.timeIntervalSince(current.issuedAt) < settings.tokenLifetime.seconds {
+            if let current, current.value != failed, now.timeIntervalSince(current.issuedAt) < settings.tokenLifetime.seconds {
                 return nil
             }
-            let issuedAt = now
-            return (try key.token(issuedAt: Int64(issuedAt.timeIntervalSince1970)), issuedAt)
+            return (try key.token(issuedAt: Int64(now.timeIntervalSince1970)), now)
         }
     }
 
@@ -146,29 +160,39 @@ final class APNsConnection: Sendable {
         state.markClosed(reason: "closed by client")
         try? await channel.close()
     }
-}
 
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    /// Takes no new requests and closes once those in flight are answered (each within its timeout).
+    func closeWhenDrained() {
+        if state.closeWhenDrained() { close(reason: "closed by client") }
+    }
+
+    private func close(reason: String) {
+        state.markClosed(reason: reason)
+        channel.close(promise: nil)
+    }
 }
 
 /// The mutable side of a connection: stream slots, SETTINGS, GOAWAY, provider token.
-final class ConnectionState: Sendable {
+final class ConnectionState: TurnQueue {
     private struct State {
         /// APNs allows one stream until it has seen a valid token; SETTINGS raises it.
         var maxStreams = 1
         var inFlight = 0
-        var waiters: [CheckedContinuation<Void, any Error>] = []
+        var waiters = Waiters()
         var closedReason: String?
         var goAwayReason: String?
+        /// Retired: close once the last stream in flight ends.
+        var draining = false
         var token: (value: String, issuedAt: Date)?
         var lastActivity = ContinuousClock.now
         var hasAnswered = false
+
+        var unusableReason: String? { closedReason ?? goAwayReason ?? (draining ? "connection retired" : nil) }
     }
 
     private let state = Mutex(State())
 
-    var isUsable: Bool { state.withLock { $0.closedReason == nil && $0.goAwayReason == nil } }
+    var isUsable: Bool { state.withLock { $0.unusableReason == nil } }
     var inFlight: Int { state.withLock { $0.inFlight } }
     var maxStreams: Int { state.withLock { $0.maxStreams } }
     var goAwayReason: String? { state.withLock { $0.goAwayReason } }
@@ -181,41 +205,62 @@ final class ConnectionState: Sendable {
     }
     var idleSince: ContinuousClock.Instant { state.withLock { $0.inFlight == 0 ? $0.lastActivity : .now } }
 
-    func acquireStream() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let outcome: Result<Void, APNsFailure>? = state.withLock { state in
-                if let reason = state.closedReason ?? state.goAwayReason { return .failure(.connectionLost(reason)) }
-                if state.inFlight < state.maxStreams {
-                    state.inFlight += 1
-                    state.lastActivity = .now
-                    return .success(())
-                }
-                state.waiters.append(continuation)
-                return nil
-            }
-            if let outcome { continuation.resume(with: outcome) }
+    func takeTurnIfFree() -> Result<Void, APNsFailure>? {
+        state.withLock { Self.takeStream(&$0) }
+    }
+
+    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>? {
+        state.withLock { state in
+            if let now = Self.takeStream(&state) { return now.mapError { $0 } }
+            if Task.isCancelled { return .failure(CancellationError()) }
+            state.waiters.append(id, waiter)
+            return nil
         }
     }
 
-    func releaseStream() {
-        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+    private static func takeStream(_ state: inout State) -> Result<Void, APNsFailure>? {
+        if let reason = state.unusableReason { return .failure(.connectionLost(reason)) }
+        guard state.inFlight < state.maxStreams else { return nil }
+        state.inFlight += 1
+        state.lastActivity = .now
+        return .success(())
+    }
+
+    func withdraw(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
+        state.withLock { $0.waiters.remove(id) }
+    }
+
+    /// Ends a stream; true when it was the last of a connection that is to close once drained.
+    func releaseStream() -> Bool {
+        let (next, drained) = state.withLock { state -> (CheckedContinuation<Void, any Error>?, Bool) in
             state.lastActivity = .now
-            guard !state.waiters.isEmpty, state.inFlight <= state.maxStreams else {
-                state.inFlight -= 1
-                return nil
+            if state.inFlight <= state.maxStreams, let next = state.waiters.popFirst() {
+                return (next, false)  // hand the slot over
             }
-            return state.waiters.removeFirst()  // hand the slot over
+            state.inFlight -= 1
+            return (nil, state.draining && state.inFlight == 0)
         }
         next?.resume()
+        return drained
+    }
+
+    /// Takes no new streams; true when none is in flight (close now), else the last one to end closes it.
+    func closeWhenDrained() -> Bool {
+        let (waiters, idle) = state.withLock { state in
+            state.draining = true
+            return (state.waiters.removeAll(), state.inFlight == 0)
+        }
+        for waiter in waiters { waiter.resume(throwing: APNsFailure.connectionLost("connection retired")) }
+        return idle
     }
 
     func updateMaxStreams(_ value: Int) {
         let woken = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             state.maxStreams = max(1, value)
             var woken: [CheckedContinuation<Void, any Error>] = []
-            while state.inFlight < state.maxStreams, !state.waiters.isEmpty {
+            while state.inFlight < state.maxStreams, let next = state.waiters.popFirst() {
                 state.inFlight += 1
-                woken.append(state.waiters.removeFirst())
+                woken.append(next)
             }
             return woken
         }
@@ -225,8 +270,7 @@ final class ConnectionState: Sendable {
     func markGoingAway(reason: String) {
         let waiters = state.withLock { state in
             state.goAwayReason = state.goAwayReason ?? reason
-            defer { state.waiters.removeAll() }
-            return state.waiters
+            return state.waiters.removeAll()
         }
         for waiter in waiters { waiter.resume(throwing: APNsFailure.connectionLost("GOAWAY: \(reason)")) }
     }
@@ -234,8 +278,7 @@ final class ConnectionState: Sendable {
     func markClosed(reason: String) {
         let waiters = state.withLock { state in
             state.closedReason = state.closedReason ?? reason
-            defer { state.waiters.removeAll() }
-            return state.waiters
+            return state.waiters.removeAll()
         }
         for waiter in waiters { waiter.resume(throwing: APNsFailure.connectionLost(reason)) }
     }
@@ -244,37 +287,64 @@ final class ConnectionState: Sendable {
     func token(_ refresh: ((value: String, issuedAt: Date)?) throws -> (String, Date)?) throws -> String {
         try state.withLock { state in
             if let replacement = try refresh(state.token) { state.token = (replacement.0, replacement.1) }
-            return state.token!.value
+            guard let token = state.token else { throw APNsFailure.connectionLost("no provider token") }
+            return token.value
         }
     }
 }
 
-/// Watches connection-level frames: SETTINGS (stream limit), GOAWAY, closure; sends PING when idle.
-final class ConnectionEventsHandler: ChannelInboundHandler, Sendable {
+/// Watches connection-level frames: SETTINGS (stream limit), GOAWAY, closure. PINGs the connection when it has
+/// been idle for `pingInterval` or when asked to (`Probe`, after a request timed out), and closes it when the PING
+/// is not acknowledged within `pingTimeout`: a dead TCP path would otherwise look usable until the OS gives up.
+final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     typealias InboundIn = HTTP2Frame
+    typealias OutboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
+
+    /// Asks for a PING now (sent with `triggerUserOutboundEvent`).
+    struct Probe {}
 
     let state: ConnectionState
     let pingInterval: Duration
+    let pingTimeout: Duration
+    // Touched only on the connection's event loop.
+    private var unacknowledgedPing: Scheduled<Void>?
 
-    init(state: ConnectionState, pingInterval: Duration) {
+    init(state: ConnectionState, pingInterval: Duration, pingTimeout: Duration) {
         self.state = state
         self.pingInterval = pingInterval
+        self.pingTimeout = pingTimeout
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let nanos = max(pingInterval.components.seconds, 1) * 1_000_000_000
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        context.eventLoop.scheduleRepeatedTask(initialDelay: .nanoseconds(nanos), delay: .nanoseconds(nanos)) { [state, pingInterval] task in
-            let context = loopBound.value
+        let interval = TimeAmount.nanoseconds(max(pingInterval.nanoseconds, 1_000_000))
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [state, pingInterval] task in
+            let (handler, context) = loopBound.value
             guard context.channel.isActive else {
                 task.cancel()
                 return
             }
-            if state.idleSince.duration(to: .now) >= pingInterval {
-                context.writeAndFlush(NIOAny(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(), ack: false))), promise: nil)
-            }
+            if state.idleSince.duration(to: .now) >= pingInterval { handler.ping(context: context) }
         }
+    }
+
+    private func ping(context: ChannelHandlerContext) {
+        guard unacknowledgedPing == nil, context.channel.isActive else { return }
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        unacknowledgedPing = context.eventLoop.scheduleTask(in: .nanoseconds(pingTimeout.nanoseconds)) { [state, pingTimeout] in
+            let (handler, context) = loopBound.value
+            handler.unacknowledgedPing = nil
+            state.markClosed(reason: "no PING acknowledgement within \(pingTimeout)")
+            context.close(promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(), ack: false))), promise: nil)
+    }
+
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard event is Probe else { return context.triggerUserOutboundEvent(event, promise: promise) }
+        ping(context: context)
+        promise?.succeed()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -284,6 +354,9 @@ final class ConnectionEventsHandler: ChannelInboundHandler, Sendable {
             if let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }) {
                 state.updateMaxStreams(limit.value)
             }
+        case .ping(_, ack: true):
+            unacknowledgedPing?.cancel()
+            unacknowledgedPing = nil
         case .goAway(_, let code, let debugData):
             var reason = "\(code)"
             if var debugData, let text = debugData.readString(length: debugData.readableBytes),
@@ -299,6 +372,8 @@ final class ConnectionEventsHandler: ChannelInboundHandler, Sendable {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        unacknowledgedPing?.cancel()
+        unacknowledgedPing = nil
         state.markClosed(reason: state.goAwayReason ?? "connection closed")
         context.fireChannelInactive()
     }
@@ -341,7 +416,7 @@ final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)) {
+        timer = context.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) {
             let (handler, context) = loopBound.value
             handler.finish(.failure(APNsFailure.timeout))
             context.close(promise: nil)

@@ -130,28 +130,31 @@ final class PushConfigs: Sendable {
             sealedSecret: try box.seal(Array(try JSONEncoder().encode(secret))), expiresAt: expiresAt, createdAt: now)
     }
 
-    /// The APNs client for a configuration (one pool per configuration, rebuilt when it is replaced).
+    /// The APNs client for a configuration: one pool per configuration, built once however many pushes ask for it
+    /// at the same moment, and rebuilt when the configuration is replaced (the old pool finishes what it has in flight).
     func client(for config: PushConfigRecord) throws -> APNsClient {
         let key = "\(config.appID)/\(config.name)"
-        if let cached = clients.withLock({ $0[key] }), cached.createdAt == config.createdAt { return cached.client }
-        let secret = try JSONDecoder().decode(PushSecret.self, from: Data(try box.open(config.sealedSecret)))
-        let credentials: APNsCredentials
-        if let pem = secret.p8, let keyID = config.keyID, let teamID = config.teamID {
-            credentials = .token(try APNsSigningKey(teamID: teamID, keyID: keyID, pem: pem))
-        } else if let p12 = secret.p12.flatMap({ Data(base64Encoded: $0) }) {
-            credentials = try .certificate(p12: [UInt8](p12), password: secret.password ?? "")
-        } else {
-            throw BeaconConfigurationError("push configuration \(config.name) has no usable secret")
-        }
-        let client = APNsClient(
-            credentials: credentials,
-            endpoint: routing.withLock { $0 }.endpoint(for: APNsEnvironment(rawValue: config.environment) ?? .production))
-        let replaced = clients.withLock { table in
+        let (client, replaced) = try clients.withLock { table -> (APNsClient, APNsClient?) in
+            if let cached = table[key], cached.createdAt == config.createdAt { return (cached.client, nil) }
+            let client = APNsClient(
+                credentials: try credentials(of: config),
+                endpoint: routing.withLock { $0 }.endpoint(for: APNsEnvironment(rawValue: config.environment) ?? .production))
             defer { table[key] = (config.createdAt, client) }
-            return table[key]?.client
+            return (client, table[key]?.client)
         }
-        if let replaced { Task { await replaced.shutdown() } }
+        replaced?.retire()
         return client
+    }
+
+    private func credentials(of config: PushConfigRecord) throws -> APNsCredentials {
+        let secret = try JSONDecoder().decode(PushSecret.self, from: Data(try box.open(config.sealedSecret)))
+        if let pem = secret.p8, let keyID = config.keyID, let teamID = config.teamID {
+            return .token(try APNsSigningKey(teamID: teamID, keyID: keyID, pem: pem))
+        }
+        if let p12 = secret.p12.flatMap({ Data(base64Encoded: $0) }) {
+            return try .certificate(p12: [UInt8](p12), password: secret.password ?? "")
+        }
+        throw BeaconConfigurationError("push configuration \(config.name) has no usable secret")
     }
 
     /// What an APNs stand-in must trust to accept pushes made with this configuration.

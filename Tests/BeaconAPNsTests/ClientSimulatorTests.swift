@@ -62,8 +62,8 @@ import Testing
             ]
             for (notification, status, reason) in cases {
                 let answer = await rejection(client, notification)
-                #expect(answer?.0 == status, "\(reason)")
-                #expect(answer?.1 == reason)
+                #expect(answer?.status == status, "\(reason)")
+                #expect(answer?.reason == reason)
             }
             do throws(APNsFailure) {
                 _ = try await client.send(alert(token: "cafe"))
@@ -88,7 +88,7 @@ import Testing
             let endpoints = await simulator.endpoints()
             for key in [stranger, impostor] {
                 let client = APNsClient(credentials: .token(key), endpoint: simulator.endpoint(endpoints))
-                #expect(await rejection(client, alert())! == (403, .invalidProviderToken))
+                #expect(await rejection(client, alert()) == Rejection(403, .invalidProviderToken))
                 await client.shutdown()
             }
         }
@@ -119,7 +119,7 @@ import Testing
         try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(60))) { _, client, _ in
             _ = try await client.send(alert("1"))
             clock.advance(minutes: 2)
-            #expect(await rejection(client, alert("2"))! == (429, .tooManyProviderTokenUpdates))
+            #expect(await rejection(client, alert("2")) == Rejection(429, .tooManyProviderTokenUpdates))
         }
     }
 }
@@ -177,24 +177,24 @@ import Testing
             var faults = SimulatorFaults()
             faults.tooManyRequestsTokens = [deviceToken]
             simulator.setFaults(faults)
-            #expect(await rejection(client, alert())! == (429, .tooManyRequests))
+            #expect(await rejection(client, alert()) == Rejection(429, .tooManyRequests))
             faults = SimulatorFaults()
             faults.failStatus = 503
             faults.failReason = "Shutdown"
             faults.failCount = 1
             simulator.setFaults(faults)
-            #expect(await rejection(client, alert())! == (503, .shutdown))
+            #expect(await rejection(client, alert()) == Rejection(503, .shutdown))
             faults.failStatus = 500
             faults.failReason = nil
             simulator.setFaults(faults)
-            #expect(await rejection(client, alert())! == (500, .internalServerError))
+            #expect(await rejection(client, alert()) == Rejection(500, .internalServerError))
             _ = try await client.send(alert())  // fail_count was 1
             faults = SimulatorFaults()
             faults.maxPerTokenPerSecond = 2
             simulator.setFaults(faults)
             _ = try await client.send(alert())
             _ = try await client.send(alert())
-            #expect(await rejection(client, alert())! == (429, .tooManyRequests))
+            #expect(await rejection(client, alert()) == Rejection(429, .tooManyRequests))
             #expect(APNsFailure.rejected(status: 429, reason: .tooManyRequests, apnsID: nil, timestamp: nil).isTransient)
             #expect(!APNsFailure.rejected(status: 400, reason: .badDeviceToken, apnsID: nil, timestamp: nil).isTransient)
         }
@@ -210,7 +210,7 @@ import Testing
             let client = APNsClient(credentials: .certificate(chain: pki.chain, key: pki.key), endpoint: simulator.endpoint(endpoints))
             _ = try await client.send(alert())
             _ = try await client.send(alert(topic: bundleID + ".voip", pushType: .voip))
-            #expect(await rejection(client, alert(topic: "com.other.app"))! == (400, .topicDisallowed))
+            #expect(await rejection(client, alert(topic: "com.other.app")) == Rejection(400, .topicDisallowed))
             await client.shutdown()
             #expect(simulator.deliveries().count == 2)
         }
@@ -221,7 +221,7 @@ import Testing
             let pki = try ClientPKI.make()
             try simulator.registerCertificateAuthority(pem: pki.caPEM, topics: [bundleID], environment: .development)
             let client = APNsClient(credentials: .certificate(chain: pki.chain, key: pki.key), endpoint: simulator.endpoint(await simulator.endpoints()))
-            #expect(await rejection(client, alert())! == (403, .badCertificateEnvironment))
+            #expect(await rejection(client, alert()) == Rejection(403, .badCertificateEnvironment))
             await client.shutdown()
         }
     }

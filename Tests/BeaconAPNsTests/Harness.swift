@@ -61,13 +61,24 @@ func alert(_ body: String = "hello", token: String = deviceToken, topic: String 
         payload: payload ?? Array(#"{"aps":{"alert":{"body":"\#(body)"}}}"#.utf8))
 }
 
-/// The reason of a rejection, or nil if `send` succeeded or failed otherwise.
-func rejection(_ client: APNsClient, _ notification: APNsNotification) async -> (Int, APNsReason?)? {
+/// APNs' answer to a rejected notification.
+struct Rejection: Equatable, CustomStringConvertible {
+    var status: Int
+    var reason: APNsReason?
+    init(_ status: Int, _ reason: APNsReason?) {
+        self.status = status
+        self.reason = reason
+    }
+    var description: String { "\(status) \(reason?.description ?? "-")" }
+}
+
+/// The rejection of a notification, or nil if `send` succeeded or failed otherwise (as a timeout).
+func rejection(_ client: APNsClient, _ notification: APNsNotification) async -> Rejection? {
     do {
         _ = try await client.send(notification)
         return nil
     } catch {
-        if case .rejected(let status, let reason, _, _) = error { return (status, reason) }
+        if case .rejected(let status, let reason, _, _) = error { return Rejection(status, reason) }
         return nil
     }
 }

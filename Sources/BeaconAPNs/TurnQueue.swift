@@ -1,0 +1,118 @@
+import NIOCore
+import Synchronization
+
+/// Something async callers wait on for their turn (an in-flight permit, an HTTP/2 stream slot).
+///
+/// Every wait is bounded: a waiter leaves the queue when its deadline passes (`APNsFailure.timeout`) or its task is
+/// cancelled (`CancellationError`), whichever comes first, and a turn handed to nobody is never lost.
+protocol TurnQueue: AnyObject, Sendable {
+    /// Takes a turn now if one is free: `.success` when taken, `.failure` when no turn will ever come, nil to wait.
+    func takeTurnIfFree() -> Result<Void, APNsFailure>?
+    /// Like `takeTurnIfFree`, but queues `waiter` under `id` when it must wait. Runs the check and the queuing under one
+    /// lock, and must refuse (with `CancellationError`) when the current task is already cancelled.
+    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>?
+    /// Removes a queued waiter; nil when it has already been given its turn.
+    func withdraw(_ id: UInt64) -> CheckedContinuation<Void, any Error>?
+}
+
+private let waiterIDs = Atomic<UInt64>(0)
+
+extension TurnQueue {
+    /// Waits for a turn for at most `timeout`, measured on `loop`.
+    func waitForTurn(timeout: Duration, on loop: any EventLoop) async throws {
+        if let now = takeTurnIfFree() { return try now.get() }
+        let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).oldValue
+        let deadline = loop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) { [self] in
+            withdraw(id)?.resume(throwing: APNsFailure.timeout)
+        }
+        defer { deadline.cancel() }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
+                if let now = takeTurnOrQueue(id, waiter) { waiter.resume(with: now) }
+            }
+        } onCancel: {
+            withdraw(id)?.resume(throwing: CancellationError())
+        }
+    }
+}
+
+/// The queue of a `TurnQueue`, kept inside its owner's lock.
+struct Waiters {
+    private var queue = CircularBuffer<(id: UInt64, waiter: CheckedContinuation<Void, any Error>)>()
+
+    var isEmpty: Bool { queue.isEmpty }
+
+    mutating func append(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) {
+        queue.append((id, waiter))
+    }
+
+    mutating func popFirst() -> CheckedContinuation<Void, any Error>? {
+        queue.popFirst()?.waiter
+    }
+
+    mutating func remove(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
+        guard let index = queue.firstIndex(where: { $0.id == id }) else { return nil }
+        return queue.remove(at: index).waiter
+    }
+
+    mutating func removeAll() -> [CheckedContinuation<Void, any Error>] {
+        defer { queue.removeAll() }
+        return queue.map(\.waiter)
+    }
+}
+
+/// A counting semaphore: at most `limit` turns out at once.
+final class Limiter: TurnQueue {
+    private struct State {
+        var available: Int
+        var waiters = Waiters()
+    }
+    private let state: Mutex<State>
+
+    init(limit: Int) {
+        state = Mutex(State(available: limit))
+    }
+
+    func takeTurnIfFree() -> Result<Void, APNsFailure>? {
+        state.withLock { state in
+            guard state.available > 0 else { return nil }
+            state.available -= 1
+            return .success(())
+        }
+    }
+
+    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>? {
+        state.withLock { state in
+            if state.available > 0 {
+                state.available -= 1
+                return .success(())
+            }
+            if Task.isCancelled { return .failure(CancellationError()) }
+            state.waiters.append(id, waiter)
+            return nil
+        }
+    }
+
+    func withdraw(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
+        state.withLock { $0.waiters.remove(id) }
+    }
+
+    /// Gives the turn back: to the first waiter, else to the pool.
+    func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            if let next = state.waiters.popFirst() { return next }
+            state.available += 1
+            return nil
+        }
+        next?.resume()
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max : whole.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
+    }
+}

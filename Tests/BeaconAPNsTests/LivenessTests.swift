@@ -1,0 +1,186 @@
+import APNsSimulator
+import BeaconAPNs
+import Foundation
+import Testing
+
+/// The client notices dead connections, bounds every wait, refreshes an expired token once, and lets a connection
+/// told to go away finish what it took.
+@Suite struct LivenessTests {
+    @Test func aConnectionThatStopsAnsweringIsProbedAndReplaced() async throws {
+        let configuration = APNsClient.Configuration(
+            connections: 1, requestTimeout: .seconds(1), pingTimeout: .seconds(1), reconnectDelay: .milliseconds(10))
+        try await withSimulator(client: configuration) { simulator, client, _ in
+            try await warmUp(client)
+            var faults = SimulatorFaults()
+            faults.stall = true
+            simulator.setFaults(faults)
+            await #expect(throws: APNsFailure.timeout) { _ = try await client.send(alert("2")) }
+            // Before: every send went to the dead connection and timed out, for as long as TCP kept it.
+            var outcomes: [String] = []
+            for _ in 0..<5 {
+                do {
+                    _ = try await client.send(alert("3"))
+                    outcomes.append("sent")
+                    break
+                } catch {
+                    outcomes.append("\(error)")
+                }
+            }
+            #expect(outcomes.last == "sent", "\(outcomes)")
+            // A try that timed out on a busy machine may still have been delivered; the stalled one never was.
+            let bodies = simulator.deliveries().map(\.payload).map(alertBody)
+            #expect(!bodies.contains("2") && bodies.contains("3"), "\(outcomes) \(bodies)")
+        }
+    }
+
+    @Test func anIdleConnectionWhosePingIsNotAcknowledgedIsClosed() async throws {
+        let configuration = APNsClient.Configuration(
+            connections: 1, requestTimeout: .seconds(2), pingInterval: .milliseconds(500), pingTimeout: .seconds(1),
+            reconnectDelay: .milliseconds(10))
+        try await withSimulator(client: configuration) { simulator, client, _ in
+            try await warmUp(client)
+            var faults = SimulatorFaults()
+            faults.stall = true
+            simulator.setFaults(faults)
+            try await Task.sleep(for: .seconds(3))  // idle: PINGed, unacknowledged, closed
+            // Before: the next send went to the dead connection and waited for its timeout. Now the PING found it dead
+            // first (on a busy machine the send may still meet it, and then fails with the PING's verdict).
+            var outcomes: [String] = []
+            for _ in 0..<3 {
+                do throws(APNsFailure) {
+                    _ = try await client.send(alert("2"))
+                    outcomes.append("sent")
+                    break
+                } catch {
+                    outcomes.append("\(error)")
+                }
+            }
+            #expect(outcomes.last == "sent" && !outcomes.contains("\(APNsFailure.timeout)"), "\(outcomes)")
+            #expect(simulator.deliveries().map(\.payload).compactMap(alertBody).filter { $0 != "1" } == ["2"])
+        }
+    }
+
+    @Test func waitingForTheInFlightLimitEndsOnCancellationOrAtTheDeadline() async throws {
+        // One request in flight that APNs never answers holds the only turn.
+        let patient = APNsClient.Configuration(connections: 1, maxInFlight: 1, requestTimeout: .seconds(5), waitTimeout: .seconds(30))
+        try await withSimulator(client: patient) { simulator, client, key in
+            var faults = SimulatorFaults()
+            faults.neverAnswer = true
+            simulator.setFaults(faults)
+            let holder = Task { try? await client.send(alert("held")) }
+            defer { holder.cancel() }
+            try await Task.sleep(for: .milliseconds(100))
+            let waiter = Task { () -> APNsFailure? in
+                do throws(APNsFailure) {
+                    _ = try await client.send(alert("waiting"))
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            waiter.cancel()
+            // Before: the waiter ignored cancellation and waited for the holder (5 s), then for APNs.
+            #expect(await waiter.value == .connectionLost("cancelled"))
+
+            var hasty = patient
+            hasty.waitTimeout = .milliseconds(200)
+            let other = APNsClient(credentials: .token(key), endpoint: client.endpoint, configuration: hasty)
+            let otherHolder = Task { try? await other.send(alert("held")) }
+            defer { otherHolder.cancel() }
+            try await Task.sleep(for: .milliseconds(100))
+            await #expect(throws: APNsFailure.timeout) { _ = try await other.send(alert("late")) }
+            await other.shutdown()
+        }
+    }
+
+    @Test func waitingForAStreamSlotEndsAtTheDeadline() async throws {
+        // Until APNs accepts a token the connection allows one stream; an unanswered request keeps it.
+        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(5), waitTimeout: .milliseconds(200))
+        try await withSimulator(client: configuration) { simulator, client, _ in
+            var faults = SimulatorFaults()
+            faults.neverAnswer = true
+            simulator.setFaults(faults)
+            let holder = Task { try? await client.send(alert("held")) }
+            defer { holder.cancel() }
+            try await Task.sleep(for: .milliseconds(100))
+            await #expect(throws: APNsFailure.timeout) { _ = try await client.send(alert("waiting")) }
+        }
+    }
+
+    @Test func manyExpiredTokenAnswersAtOnceReplaceTheTokenOnce() async throws {
+        let clock = MovableClock()
+        try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) { simulator, client, _ in
+            try await warmUp(client)
+            clock.advance(minutes: 61)
+            // Before: each of the 20 minted its own token and APNs refused all but one (TooManyProviderTokenUpdates).
+            let failures = await withTaskGroup(of: APNsFailure?.self) { group in
+                for index in 0..<20 {
+                    group.addTask {
+                        do throws(APNsFailure) {
+                            _ = try await client.send(alert("m\(index)"))
+                            return nil
+                        } catch {
+                            return error
+                        }
+                    }
+                }
+                return await group.reduce(into: [APNsFailure]()) { if let failure = $1 { $0.append(failure) } }
+            }
+            #expect(failures.isEmpty, "\(failures)")
+            #expect(simulator.deliveries().map(\.payload).compactMap(alertBody).filter { $0 != "1" }.count == 20)
+        }
+    }
+
+    @Test func requestsInFlightFinishAfterAGracefulGoAway() async throws {
+        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(5), reconnectDelay: .milliseconds(10))
+        try await withSimulator(client: configuration) { simulator, client, _ in
+            try await warmUp(client)  // raises the stream limit
+            var faults = SimulatorFaults()
+            faults.delayMilliseconds = 1000
+            faults.drainAfter = 3  // GOAWAY when request 3 arrives; requests 2 and 3 are still answered
+            simulator.setFaults(faults)
+            let inFlight = Task {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for index in 2...3 { group.addTask { _ = try await client.send(alert("\(index)")) } }
+                    try await group.waitForAll()
+                }
+            }
+            while simulator.deliveries().count < 3 { try await Task.sleep(for: .milliseconds(5)) }
+            try await Task.sleep(for: .milliseconds(50))  // the GOAWAY reaches the client
+            // A new request opens a new connection; before, opening it closed the old one and failed 2 and 3.
+            // (Sent before the client read the GOAWAY, it is refused unprocessed, which APNs says is safe to retry.)
+            for attempt in 1...3 {
+                do throws(APNsFailure) {
+                    _ = try await client.send(alert("4"))
+                    break
+                } catch {
+                    guard attempt < 3, case .connectionLost(let why) = error, why.contains("GOAWAY") else { throw error }
+                }
+            }
+            let finished = await inFlight.result
+            #expect(throws: Never.self, "requests 2 and 3 after the GOAWAY") { try finished.get() }
+            #expect(Set(simulator.deliveries().map(\.payload).compactMap(alertBody)) == ["1", "2", "3", "4"])
+        }
+    }
+}
+
+/// The alert body of a payload made by `alert(_:)`.
+func alertBody(_ payload: JSONPayload) -> String? {
+    guard case .object(let root) = payload, case .object(let aps)? = root["aps"], case .object(let alert)? = aps["alert"],
+        case .string(let body)? = alert["body"]
+    else { return nil }
+    return body
+}
+
+/// Sends "1" until it is accepted: a first connection on a busy machine may take longer than a test's short timeouts.
+func warmUp(_ client: APNsClient) async throws {
+    for attempt in 1...5 {
+        do throws(APNsFailure) {
+            _ = try await client.send(alert("1"))
+            return
+        } catch {
+            if attempt == 5 || !error.isTransient { throw error }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+import BeaconAPNs
+import BeaconStorage
+import Crypto
+import Foundation
+import Testing
+
+@testable import BeaconServer
+
+@Suite struct PushConfigsTests {
+    /// Concurrent first pushes with one configuration share one client. Before, each built its own and the table kept
+    /// the last, shutting the others down while their notifications were in flight.
+    @Test func concurrentFirstUsesBuildOneClient() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-configs-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let configs = PushConfigs(
+            store: try SQLiteStore(directory: directory.path), box: SecretBox(key: SymmetricKey(size: .bits256)),
+            routing: .custom(host: "127.0.0.1", port: 9, trustRoots: []))
+        let upload = PushConfigUpload(
+            name: "chat", kind: .p8, file: P256.Signing.PrivateKey().pemRepresentation, password: nil, keyID: "KEY1234567",
+            teamID: "TEAM123456", environment: .development, bundleID: "com.example.chat", voip: false)
+        let record = try configs.validate(upload, app: 1, now: 1_000)
+        let clients = try await withThrowingTaskGroup(of: ObjectIdentifier.self) { group in
+            for _ in 0..<32 { group.addTask { ObjectIdentifier(try configs.client(for: record)) } }
+            return try await group.reduce(into: Set<ObjectIdentifier>()) { $0.insert($1) }
+        }
+        #expect(clients.count == 1)
+        // A replaced configuration (a new upload under the same name) gets a new client.
+        var replaced = record
+        replaced.createdAt += 1
+        let fresh = try configs.client(for: replaced)
+        #expect(!clients.contains(ObjectIdentifier(fresh)))
+        await configs.shutdown()
+    }
+}
