@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdWSClient
 import Logging
+import Synchronization
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -19,27 +20,41 @@ public struct BeaconOptions: Sendable {
     public var apnsCertName: String?
     /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it.
     public var timeZone: String
-    /// A stable id for this installation. Messages are tracked per device.
+    /// A stable id for this installation. Messages are tracked per device: a new id downloads the stored history again.
+    /// By default, one made on first use and kept in `UserDefaults` (per app key) so it survives relaunches.
     public var deviceID: String
+    /// How long `login` waits for the first connection before giving up.
+    public var loginTimeout: Duration
     /// Delay before the first reconnect attempt; doubles up to `maxReconnectDelay`.
     public var reconnectDelay: Duration
     public var maxReconnectDelay: Duration
 
     public init(
         appKey: String, serverURL: URL, apnsCertName: String? = nil, timeZone: String = TimeZone.current.identifier,
-        deviceID: String = UUID().uuidString, reconnectDelay: Duration = .milliseconds(100), maxReconnectDelay: Duration = .seconds(10)
+        deviceID: String? = nil, loginTimeout: Duration = .seconds(15), reconnectDelay: Duration = .milliseconds(100),
+        maxReconnectDelay: Duration = .seconds(10)
     ) {
         self.appKey = appKey
         self.serverURL = serverURL
         self.apnsCertName = apnsCertName
         self.timeZone = timeZone
-        self.deviceID = deviceID
+        self.deviceID = deviceID ?? Self.installationID(appKey: appKey)
+        self.loginTimeout = loginTimeout
         self.reconnectDelay = reconnectDelay
         self.maxReconnectDelay = maxReconnectDelay
     }
 
     /// `org/app`, the path prefix of every REST call.
     var appPath: String { appKey.replacingOccurrences(of: "#", with: "/") }
+
+    /// This installation's device id for `appKey`: made once, then read back from `defaults`.
+    public static func installationID(appKey: String, defaults: UserDefaults = .standard) -> String {
+        let key = "beacon.deviceID.\(appKey)"
+        if let stored = defaults.string(forKey: key), !stored.isEmpty { return stored }
+        let made = UUID().uuidString.lowercased()
+        defaults.set(made, forKey: key)
+        return made
+    }
 }
 
 /// Errors the SDK reports.
@@ -48,6 +63,8 @@ public enum BeaconClientError: Error, Sendable, Equatable {
     case server(status: Int, code: String, description: String)
     /// Not logged in.
     case notLoggedIn
+    /// No connection could be made within `BeaconOptions.loginTimeout`.
+    case timedOut
     /// The connection dropped before the server answered; the send may or may not have been stored.
     case disconnected
     /// The server logged this user out (kicked, or the account was deleted); log in again.
@@ -63,7 +80,7 @@ public enum ConnectionEvent: Sendable, Equatable {
     case disconnected
     /// Another connection of the same device replaced this one.
     case replaced
-    /// The server logged this user out; the client stops reconnecting.
+    /// The server logged this user out, or no longer accepts its token; the client stops reconnecting.
     case kicked
 }
 
@@ -71,12 +88,14 @@ public enum ConnectionEvent: Sendable, Equatable {
 /// sends messages and delivers incoming ones, each exactly once, in order.
 public actor BeaconClient {
     public let options: BeaconOptions
-    /// Incoming messages: live ones and, after each reconnect, everything missed while away.
-    public nonisolated let messages: AsyncStream<Message>
+    /// Incoming messages: live ones and, after each reconnect, everything missed while away. A stored message is
+    /// acknowledged to the server only once the app's loop has finished with it (asks for the next one): messages still
+    /// buffered, or being handled when the app is killed, come again at the next connection.
+    public nonisolated let messages: MessageStream
     /// Connection changes.
     public nonisolated let events: AsyncStream<ConnectionEvent>
 
-    private let messageSink: AsyncStream<Message>.Continuation
+    private let messageSink: AsyncStream<MessageStream.Delivery>.Continuation
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     private let logger: Logger
     private var token: String?
@@ -86,19 +105,26 @@ public actor BeaconClient {
     private var waitingForConnection: [CheckedContinuation<Void, any Error>] = []
     private var pendingSends: [String: CheckedContinuation<Message, any Error>] = [:]
     private var pendingDrafts: [String: OutgoingChatMessage] = [:]
+    /// The newest stored message handed to `messages` (or known to need no delivery, as this device's own).
     private var lastSeq: Int64 = 0
+    /// The newest stored message the app has finished with.
+    private var takenSeq: Int64 = 0
     private var ackedSeq: Int64 = 0
-    /// Between `welcome` and `synced`: stored messages stream in and acks are sent in batches.
-    private var catchingUp = false
-    private static let catchUpAckBatch: Int64 = 200
+    /// Everything up to this is in `messages` or needs no delivery (the last `synced`).
+    private var syncedSeq: Int64 = 0
+    /// While the app works through a backlog, acks go out every this many messages.
+    private static let ackBatch: Int64 = 200
     /// Set when the server said this connection must not come back (kicked, replaced).
     private var stopReconnecting = false
 
     public init(options: BeaconOptions, logger: Logger = Logger(label: "beacon.client")) {
         self.options = options
         self.logger = logger
-        (messages, messageSink) = AsyncStream.makeStream(of: Message.self)
+        let (deliveries, messageSink) = AsyncStream.makeStream(of: MessageStream.Delivery.self)
+        self.messageSink = messageSink
         (events, eventSink) = AsyncStream.makeStream(of: ConnectionEvent.self)
+        messages = MessageStream(deliveries: deliveries)
+        messages.owner.attach(self)
     }
 
     // MARK: Session
@@ -109,12 +135,33 @@ public actor BeaconClient {
         try await login(token: response.accessToken, username: username)
     }
 
-    /// Logs in with a user token obtained elsewhere (e.g. from the app's own backend), then connects.
+    /// Logs in with a user token obtained elsewhere (e.g. from the app's own backend), then connects. Throws the
+    /// server's refusal (401 `unauthorized`) for a bad, expired or revoked token, and `timedOut` when no connection
+    /// could be made within `BeaconOptions.loginTimeout`.
     public func login(token: String, username: String) async throws {
         self.token = token
         self.username = username
+        do {
+            let _: JSONValue = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
+        } catch {
+            self.token = nil
+            throw error
+        }
         startConnection()
-        try await waitUntilConnected()
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await self.waitUntilConnected() }
+                group.addTask {
+                    try await Task.sleep(for: self.options.loginTimeout)
+                    throw BeaconClientError.timedOut
+                }
+                defer { group.cancelAll() }
+                try await group.next()
+            }
+        } catch {
+            await logout()
+            throw error
+        }
     }
 
     /// Binds this device's APNs token (from `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`)
@@ -233,6 +280,7 @@ public actor BeaconClient {
                 delay = options.reconnectDelay
             } catch {
                 logger.debug("connection failed", metadata: ["error": "\(error)"])
+                if await tokenWasRefused() { stopReconnecting = true }
             }
             disconnected()
             if stopReconnecting || Task.isCancelled { return }
@@ -246,22 +294,18 @@ public actor BeaconClient {
         case .welcome(let username, _, let cursor):
             self.username = username
             lastSeq = max(lastSeq, cursor)
+            takenSeq = max(takenSeq, cursor)
+            syncedSeq = max(syncedSeq, cursor)
             ackedSeq = cursor
-            catchingUp = true
             eventSink.yield(.connected)
             resumeWaiters()
         case .message(let seq, let wire):
             guard let message = wire.message else { break }
             if let seq {
-                guard seq > lastSeq else { break }  // already delivered before a reconnect
+                guard seq > lastSeq else { break }  // already in `messages` (a resend after a reconnect)
                 lastSeq = seq
-                messageSink.yield(message)
-                if !catchingUp || seq - ackedSeq >= Self.catchUpAckBatch {
-                    await acknowledge(seq, on: outbound)
-                }
-            } else {
-                messageSink.yield(message)
             }
+            messageSink.yield(MessageStream.Delivery(message: message, seq: seq))
         case .sent(let id, let messageID, let timestamp):
             guard let continuation = pendingSends.removeValue(forKey: id), let draft = pendingDrafts.removeValue(forKey: id) else { break }
             continuation.resume(
@@ -269,10 +313,10 @@ public actor BeaconClient {
                     id: UInt64(messageID) ?? 0, from: username ?? "", to: draft.to, chatType: draft.chatType, type: draft.content.type,
                     body: draft.content.body, ext: draft.ext, timestamp: timestamp, onlineOnly: draft.onlineOnly))
         case .synced(let seq):
-            catchingUp = false
-            // Everything up to `seq` was sent before this frame (including this device's own messages, which it skips).
+            // Everything up to `seq` was sent before this frame (this device's own messages are not: nothing to deliver).
             lastSeq = max(lastSeq, seq)
-            if seq > ackedSeq { await acknowledge(seq, on: outbound) }
+            syncedSeq = max(syncedSeq, seq)
+            await acknowledgeTaken()
             eventSink.yield(.synced(seq: seq))
         case .pong:
             break
@@ -298,9 +342,35 @@ public actor BeaconClient {
         }
     }
 
-    private func acknowledge(_ seq: Int64, on outbound: WebSocketOutboundWriter) async {
-        ackedSeq = max(ackedSeq, seq)
-        try? await outbound.writeTextMessage(Self.encode(.ack(seq: seq)))
+    /// The app finished with the stored message `seq` (its loop asked `messages` for the next one).
+    func taken(_ seq: Int64) async {
+        takenSeq = max(takenSeq, seq)
+        if takenSeq == lastSeq || takenSeq - ackedSeq >= Self.ackBatch { await acknowledgeTaken() }
+    }
+
+    /// Acknowledges what the app finished with; once it has everything, up to the last `synced` too.
+    private func acknowledgeTaken() async {
+        let upTo = takenSeq == lastSeq ? max(takenSeq, syncedSeq) : takenSeq
+        guard upTo > ackedSeq, let outbound else { return }
+        ackedSeq = upTo
+        try? await outbound.writeTextMessage(Self.encode(.ack(seq: upTo)))
+    }
+
+    /// After a failed connect: whether the server refuses the token (revoked, expired, user deleted). Then the client
+    /// logs out as when kicked instead of retrying forever.
+    private func tokenWasRefused() async -> Bool {
+        guard token != nil, let username else { return false }
+        do {
+            let _: JSONValue = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
+            return false
+        } catch BeaconClientError.server(status: 401, _, _) {
+            token = nil
+            eventSink.yield(.kicked)
+            failPending(with: BeaconClientError.kicked)
+            return true
+        } catch {
+            return false
+        }
     }
 
     private func connected(_ outbound: WebSocketOutboundWriter) {
@@ -350,5 +420,56 @@ public actor BeaconClient {
 
     private static func encode(_ frame: ClientFrame) -> String {
         String(decoding: (try? JSONEncoder().encode(frame)) ?? Data(), as: UTF8.self)
+    }
+}
+
+/// `BeaconClient.messages`: the messages for this device, in order. Iterate it from one task. Asking for the next
+/// message tells the client that the app finished with the previous one, which is then acknowledged to the server.
+public struct MessageStream: AsyncSequence, Sendable {
+    public typealias Element = Message
+    public typealias Failure = Never
+
+    struct Delivery: Sendable {
+        var message: Message
+        /// Stored messages have one; they are acknowledged once taken.
+        var seq: Int64?
+    }
+
+    /// Points back at the client without keeping it alive.
+    final class Owner: Sendable {
+        private struct Reference: @unchecked Sendable {  // BeaconClient is an actor: sendable; the box only holds it weakly
+            weak var client: BeaconClient?
+        }
+        private let reference = Mutex(Reference())
+        func attach(_ client: BeaconClient) { reference.withLock { $0.client = client } }
+        var client: BeaconClient? { reference.withLock { $0.client } }
+    }
+
+    let deliveries: AsyncStream<Delivery>
+    let owner = Owner()
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var deliveries: AsyncStream<Delivery>.AsyncIterator
+        let owner: Owner
+        /// The stored message handed out last, not yet reported as taken.
+        var handedOut: Int64?
+
+        public mutating func next() async -> Message? {
+            await next(isolation: nil)
+        }
+
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> Message? {
+            if let seq = handedOut {
+                handedOut = nil
+                await owner.client?.taken(seq)
+            }
+            guard let delivery = await deliveries.next(isolation: actor) else { return nil }
+            handedOut = delivery.seq
+            return delivery.message
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(deliveries: deliveries.makeAsyncIterator(), owner: owner)
     }
 }

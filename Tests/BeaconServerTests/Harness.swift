@@ -194,7 +194,7 @@ struct TestDevice: Sendable {
     }
 }
 
-/// Records everything an `AsyncStream` yields and lets tests wait for a condition, with a generous
+/// Records everything an async sequence yields and lets tests wait for a condition, with a generous
 /// timeout so that a broken build fails instead of hanging.
 final class Collector<Element: Sendable>: Sendable {
     private struct State {
@@ -204,7 +204,7 @@ final class Collector<Element: Sendable>: Sendable {
     }
     private let state = Mutex(State())
 
-    init(_ stream: AsyncStream<Element>) {
+    init(_ stream: some AsyncSequence<Element, Never> & Sendable) {
         Task { [weak self] in
             for await item in stream { self?.append(item) }
         }
