@@ -134,16 +134,24 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
 
     private func respond(context: ChannelHandlerContext) {
         let now = clock()
-        let connectionRequest = auth.state.withLock { state -> Int in
+        let stream = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+        let connectionRequest = auth.state.withLock { state -> Int? in
+            // A stream opened after this connection's GOAWAY is refused unprocessed, as APNs does.
+            if let last = state.lastStreamID, let stream, stream > last { return nil }
             state.requests += 1
             state.unanswered += 1
             return state.requests
         }
+        guard let connectionRequest else {
+            context.close(promise: nil)
+            return
+        }
         let faults = state.data.withLock { $0.faults }
-        if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent,
-            let stream = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-        {
-            auth.state.withLock { $0.draining = true }
+        if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent, let stream {
+            auth.state.withLock {
+                $0.draining = true
+                $0.lastStreamID = stream
+            }
             parent.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: stream, errorCode: .noError, opaqueData: nil)), promise: nil)
         }
         if let after = faults.goAwayAfter, connectionRequest > after {

@@ -1,6 +1,7 @@
 import BeaconAPNs
 import Crypto
 import Foundation
+import NIOHTTP2
 import NIOHPACK
 import Synchronization
 
@@ -19,8 +20,9 @@ final class ConnectionAuth: Sendable {
         var requests = 0
         /// Requests read and not yet answered.
         var unanswered = 0
-        /// GOAWAY sent: close once `unanswered` is 0.
+        /// GOAWAY sent (with this last stream id): close once `unanswered` is 0; later streams are refused.
         var draining = false
+        var lastStreamID: HTTP2StreamID?
     }
     let state = Mutex(State())
 }

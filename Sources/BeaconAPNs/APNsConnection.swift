@@ -133,7 +133,7 @@ final class APNsConnection: Sendable {
     /// in the same event-loop tick, so after one hop through the event loop its reason is known.
     private func lossReason(default fallback: String) async -> String {
         try? await channel.eventLoop.submit {}.get()
-        return state.goAwayReason.map { "GOAWAY: \($0)" } ?? state.closedReason ?? fallback
+        return state.goAwayReason.map { "GOAWAY: \($0) (\(fallback))" } ?? state.closedReason ?? fallback
     }
 
     private struct ErrorBody: Decodable {

@@ -143,8 +143,18 @@ public struct BeaconServer: Sendable {
         return api.tokens.issue(TokenClaims(app: app.id, user: nil, uid: nil, iat: now, exp: now + lifetime))
     }
 
-    /// The HTTP application. `onRunning` receives the bound port (useful with port 0).
-    public func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+    /// Beacon as one service: the HTTP application and, on graceful shutdown (SIGTERM), a `closing` `shutdown` frame to
+    /// every device before the server stops (at most `shutdownNoticeTimeout` waiting for them to go).
+    /// `onRunning` receives the bound port (useful with port 0).
+    public func makeService(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some Service {
+        // Hummingbird stops its server before the application's own services, closing WebSockets without a word; the
+        // notice must go first, so it runs beside the application and is shut down before it (services stop in reverse).
+        ServiceGroup(
+            configuration: .init(
+                services: [makeApplication(onRunning: onRunning), ShutdownNotice(registry: registry, timeout: .seconds(5))], logger: logger))
+    }
+
+    private func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
         let routes = RouteTable()
         let refusedUpgrades = RefusedUpgrades()
         let router = Router(context: BeaconRequestContext.self)
@@ -189,7 +199,7 @@ public struct BeaconServer: Sendable {
                 await onRunning(port)
             },
             logger: logger
-        ).withGracefulShutdown(of: registry)
+        )
     }
 
     /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
@@ -206,22 +216,19 @@ public struct BeaconServer: Sendable {
     }
 }
 
-extension Application {
-    /// Closes every device connection when shutdown begins, so the server does not wait for clients.
-    fileprivate func withGracefulShutdown(of registry: ConnectionRegistry) -> some ApplicationProtocol {
-        var application = self
-        application.addServices(ConnectionCloser(registry: registry))
-        return application
-    }
-}
-
-/// On graceful shutdown, tells every device to go (they reconnect elsewhere or later and sync).
-struct ConnectionCloser: Service {
+/// On graceful shutdown, tells every device to go (they reconnect elsewhere or later and sync), and waits (bounded) for
+/// their connections to end.
+struct ShutdownNotice: Service {
     let registry: ConnectionRegistry
+    let timeout: Duration
 
     func run() async throws {
         try? await gracefulShutdown()
         registry.disconnectEveryone(reason: "shutdown")
+        let deadline = ContinuousClock.now + timeout
+        while !registry.isEmpty, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
 }
 

@@ -72,6 +72,9 @@ final class ConnectionRegistry: PresenceRegistry {
     }
 
     /// Closes every connection (graceful shutdown).
+    /// No device connected.
+    var isEmpty: Bool { connections.withLock { $0.isEmpty } }
+
     func disconnectEveryone(reason: String) {
         let outboxes = connections.withLock { $0.values.flatMap(\.values) }
         for outbox in outboxes { outbox.close(reason: reason) }

@@ -28,7 +28,7 @@ struct BenchServer {
         configure(&configuration)
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
-        let services = ServiceGroup(configuration: .init(services: [server.makeApplication { portSink.yield($0) }], logger: logger))
+        let services = ServiceGroup(configuration: .init(services: [server.makeService { portSink.yield($0) }], logger: logger))
         let task = Task { try await services.run() }
         var iterator = ports.makeAsyncIterator()
         let port = await iterator.next()!

@@ -121,7 +121,7 @@ struct Serve: AsyncParsableCommand {
         }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ready, readySink) = AsyncStream.makeStream(of: Int.self)
-        services.insert(server.makeApplication { readySink.yield($0) }, at: 0)
+        services.insert(server.makeService { readySink.yield($0) }, at: 0)
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         logger.info("data directory \(dataDir)")
         try await withThrowingTaskGroup(of: Void.self) { tasks in

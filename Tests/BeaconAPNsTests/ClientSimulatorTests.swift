@@ -126,7 +126,7 @@ import Testing
 
 @Suite struct FaultTests {
     @Test func goAwayStopsTheConnectionAndTheNextSendReconnects() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(5), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
             var faults = SimulatorFaults()
             faults.goAwayAfter = 2
             faults.goAwayReason = "Shutdown"
@@ -146,7 +146,7 @@ import Testing
     }
 
     @Test func aResetConnectionFailsInFlightSendsAndIsReplaced() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(5), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
             var faults = SimulatorFaults()
             faults.resetAfter = 1
             simulator.setFaults(faults)

@@ -33,7 +33,8 @@ func withSimulator<T: Sendable>(
         group.addTask { try await simulator.run() }
         defer { group.cancelAll() }
         let endpoints = await simulator.endpoints()
-        var configuration = clientConfiguration ?? APNsClient.Configuration(requestTimeout: .seconds(5))
+        // Generous: tests share two cores with real server processes; the tests about timeouts set their own.
+        var configuration = clientConfiguration ?? APNsClient.Configuration(requestTimeout: .seconds(15))
         configuration.clock = { clock.now }
         let client = APNsClient(
             credentials: .token(key), endpoint: simulator.endpoint(endpoints), configuration: configuration)

@@ -86,7 +86,7 @@ struct TestBeacon: Sendable {
         // As `beacon serve --apns-simulator` does: the simulator trusts configurations stored earlier.
         try await server.announceStoredPushConfigurations()
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
-        let application = server.makeApplication { portSink.yield($0) }
+        let application = server.makeService { portSink.yield($0) }
         let services = ServiceGroup(configuration: .init(services: [application], logger: logger))
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await services.run() }
@@ -119,10 +119,13 @@ struct TestBeacon: Sendable {
         return token
     }
 
-    static func rest(_ baseURL: URL, _ method: String, _ path: String, body: JSONValue?, raw: Data? = nil, token: String?) async throws -> (Int, JSONValue) {
+    static func rest(
+        _ baseURL: URL, _ method: String, _ path: String, body: JSONValue?, raw: Data? = nil, token: String?, headers: [String: String] = [:]
+    ) async throws -> (Int, JSONValue) {
         var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
         request.httpMethod = method
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let raw {
             request.httpBody = raw

@@ -1,0 +1,158 @@
+import BeaconCore
+import BeaconProtocol
+import Foundation
+import HummingbirdWSClient
+import Logging
+import Synchronization
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The `beacon` executable run as a child process, as an operator runs it: its output is kept line by line.
+final class BeaconProcess: Sendable {
+    let process: Process
+    let lines: Collector<String>
+
+    /// `beacon` beside the test bundle (`swift test` builds every product of the package).
+    static var executable: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon")
+    }
+
+    init(_ arguments: [String], environment: [String: String] = [:]) throws {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        let (lines, sink) = AsyncStream.makeStream(of: String.self)
+        let pending = Mutex(Data())
+        pipe.fileHandleForReading.readabilityHandler = { handle in
+            let chunk = handle.availableData
+            guard !chunk.isEmpty else {
+                handle.readabilityHandler = nil
+                sink.finish()
+                return
+            }
+            let complete = pending.withLock { buffer -> [String] in
+                buffer.append(chunk)
+                var found: [String] = []
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    found.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                }
+                return found
+            }
+            for line in complete { sink.yield(line) }
+        }
+        self.process = process
+        self.lines = Collector(lines)
+        try process.run()
+    }
+
+    /// Waits for a line containing `marker`; returns it.
+    func line(containing marker: String, timeout: Duration = .seconds(60)) async throws -> String {
+        let lines = try await self.lines.wait(timeout: timeout) { $0.contains { $0.contains(marker) } }
+        return lines.first { $0.contains(marker) }!
+    }
+
+    func signal(_ signal: Int32) {
+        kill(process.processIdentifier, signal)
+    }
+
+    /// Waits (bounded) for the process to end; its exit status, or nil if it is still running.
+    func exitStatus(within timeout: Duration) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return process.isRunning ? nil : process.terminationStatus
+    }
+
+    /// Ends the process if it still runs (tests clean up after themselves).
+    func stop() async {
+        if process.isRunning { signal(SIGKILL) }
+        _ = await exitStatus(within: .seconds(10))
+    }
+}
+
+/// `beacon apns-sim` as its own process, with its control API.
+struct SimulatorProcess: Sendable {
+    let process: BeaconProcess
+    let apnsURL: String
+    let controlURL: URL
+    let caFile: String
+
+    static func start(in directory: URL) async throws -> SimulatorProcess {
+        let caFile = directory.appendingPathComponent("apns-ca.pem").path
+        let process = try BeaconProcess(["apns-sim", "--port", "0", "--control-port", "0", "--ca-out", caFile])
+        let ready = try await process.line(containing: "\"control_url\"")
+        let json = try JSONDecoder().decode([String: String].self, from: Data(ready.utf8))
+        guard let apns = json["apns_url"], let control = json["control_url"].flatMap(URL.init(string:)) else {
+            throw HTTPError(description: "unexpected apns-sim output: \(ready)")
+        }
+        return SimulatorProcess(process: process, apnsURL: apns, controlURL: control, caFile: caFile)
+    }
+
+    func control(_ method: String, _ path: String, _ body: JSONValue? = nil) async throws -> JSONValue {
+        let (status, json) = try await TestBeacon.rest(controlURL, method, path, body: body, token: nil)
+        guard (200..<300).contains(status) else { throw HTTPError(description: "simulator \(method) \(path): \(status) \(json)") }
+        return json
+    }
+}
+
+/// `beacon serve` on a data directory, pushing to a `SimulatorProcess`.
+struct ServerProcess: Sendable {
+    let process: BeaconProcess
+    let baseURL: URL
+    let port: Int
+
+    static func start(dataDirectory: URL, simulator: SimulatorProcess, extra: [String] = []) async throws -> ServerProcess {
+        let process = try BeaconProcess(
+            ["serve", "--port", "0", "--data-dir", dataDirectory.path, "--apns-endpoint", simulator.apnsURL, "--apns-ca", simulator.caFile] + extra,
+            environment: ["BEACON_LOG_LEVEL": "notice"])
+        let ready = try await process.line(containing: "Beacon listening on http://")
+        guard let portText = ready.split(separator: ":").last.map({ $0.filter(\.isNumber) }), let port = Int(portText) else {
+            throw HTTPError(description: "no port in: \(ready)")
+        }
+        return ServerProcess(process: process, baseURL: URL(string: "http://127.0.0.1:\(port)")!, port: port)
+    }
+
+    func rest(_ method: String, _ path: String, _ body: JSONValue? = nil, token: String?, headers: [String: String] = [:]) async throws -> (
+        status: Int, json: JSONValue
+    ) {
+        try await TestBeacon.rest(baseURL, method, "/acme/chat" + path, body: body, token: token, headers: headers)
+    }
+
+    func token(_ body: JSONValue) async throws -> String {
+        let (status, answer) = try await rest("POST", "/token", body, token: nil)
+        guard status == 200, let token = answer["access_token"]?.stringValue else { throw HTTPError(description: "token: \(status) \(answer)") }
+        return token
+    }
+
+    func webSocketURL(token: String, device: String) -> String {
+        "ws://127.0.0.1:\(port)/acme/chat/ws?device_id=\(device)&access_token=\(token)"
+    }
+
+    /// Connects a device, reads everything stored for it up to `synced` (acknowledging nothing), and disconnects.
+    func storedMessages(token: String, device: String) async throws -> [(seq: Int64, messageID: String)] {
+        let received = Mutex<[(Int64, String)]>([])
+        try await WebSocketClient.connect(url: webSocketURL(token: token, device: device), logger: Logger(label: "test")) { inbound, outbound, _ in
+            for try await message in inbound.messages(maxSize: 1 << 20) {
+                guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
+                if case .message(let seq?, let wire) = frame { received.withLock { $0.append((seq, wire.msgID)) } }
+                if case .synced = frame { break }
+            }
+            try await outbound.close(.normalClosure, reason: nil)
+        }
+        return received.withLock { $0 }
+    }
+}
+
+/// Runs `body` with a fresh temporary directory, removed afterwards.
+func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-process-\(UUID())")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    return try await body(directory)
+}
