@@ -232,6 +232,12 @@ struct ShutdownNotice: Service {
     }
 }
 
+extension Task where Success == Never, Failure == Never {
+    /// Whether a service's loop goes on: neither shutting down gracefully nor cancelled (a cancelled task's sleeps
+    /// return at once, so a loop that only watched for graceful shutdown would spin).
+    static var serviceShouldContinue: Bool { !Task.isShuttingDownGracefully && !Task.isCancelled }
+}
+
 /// Enforces each app's offline limits (count per conversation, age) at a fixed interval.
 struct RetentionService: Service {
     let store: any BeaconStore
@@ -240,7 +246,7 @@ struct RetentionService: Service {
     let logger: Logger
 
     func run() async throws {
-        while !Task.isShuttingDownGracefully {
+        while Task.serviceShouldContinue {
             do {
                 for app in try await store.allApps() {
                     let removed = try await store.enforceRetention(app, now: clock())

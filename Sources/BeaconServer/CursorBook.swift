@@ -68,7 +68,7 @@ struct CursorFlushService: Service {
     let logger: Logger
 
     func run() async throws {
-        while !Task.isShuttingDownGracefully {
+        while Task.serviceShouldContinue {
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
             do {
                 try await book.flush()

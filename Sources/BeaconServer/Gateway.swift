@@ -99,6 +99,11 @@ struct DeviceSession {
                 }
                 outbox.close(reason: "logout")
             case .ack(let seq):
+                guard outbox.mayAcknowledge(seq) else {
+                    // Acknowledging the future would hide messages stored later from this device.
+                    answer(.error(id: nil, code: BeaconError.Code.illegalArgument.rawValue, description: "ack beyond the last message sent"), on: outbox)
+                    continue
+                }
                 guard seq > acked else { continue }
                 acked = seq
                 cursors.advance(username, device: deviceID, app: app.id, to: seq)
@@ -137,6 +142,7 @@ struct DeviceSession {
 
     private func runWriter(outbox: DeviceOutbox, outbound: WebSocketOutboundWriter, from cursor: Int64) async throws {
         var delivered = cursor
+        outbox.noteSending(through: cursor)
         for await _ in outbox.wakeups {
             let pending = outbox.take()
             for reply in pending.replies {
@@ -154,7 +160,7 @@ struct DeviceSession {
                         mustFetch = true  // a gap: an earlier append is still on its way; the store has it
                         break
                     }
-                    try await deliver(entry, to: outbound)
+                    try await deliver(entry, to: outbox, outbound)
                     delivered = entry.seq
                 }
             }
@@ -163,7 +169,7 @@ struct DeviceSession {
                 delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
             }
             if mustFetch {
-                delivered = try await fetch(after: delivered, to: outbound)
+                delivered = try await fetch(after: delivered, to: outbox, outbound)
             }
             if pending.announceSynced {
                 try await write(.synced(seq: delivered), to: outbound)
@@ -175,19 +181,20 @@ struct DeviceSession {
     }
 
     /// Sends everything the store holds after `seq`; returns the last sequence number sent.
-    private func fetch(after seq: Int64, to outbound: WebSocketOutboundWriter) async throws -> Int64 {
+    private func fetch(after seq: Int64, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> Int64 {
         var delivered = seq
         while true {
             let page = try await store.inbox(of: username, app: app.id, after: delivered, limit: Self.fetchPage)
             for entry in page {
-                try await deliver(entry, to: outbound)
+                try await deliver(entry, to: outbox, outbound)
                 delivered = entry.seq
             }
             if page.count < Self.fetchPage { return delivered }
         }
     }
 
-    private func deliver(_ entry: InboxEntry, to outbound: WebSocketOutboundWriter) async throws {
+    private func deliver(_ entry: InboxEntry, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws {
+        outbox.noteSending(through: entry.seq)
         // The device a message was sent from already has it.
         guard entry.originDevice != deviceID else { return }
         try await write(.message(seq: entry.seq, message: WireMessage(entry.message)), to: outbound)

@@ -92,6 +92,8 @@ final class DeviceOutbox: Sendable {
     private let wake: AsyncStream<Void>.Continuation
     private let state = Mutex(Pending())
     private let limit: Int
+    /// The highest `seq` written (or about to be) to the device: it may acknowledge nothing beyond.
+    private let sentThrough = Atomic<Int64>(0)
 
     struct Pending {
         var replies: [ServerFrame] = []
@@ -160,6 +162,16 @@ final class DeviceOutbox: Sendable {
     func close(reason: String) {
         state.withLock { $0.closeReason = $0.closeReason ?? reason }
         wake.yield()
+    }
+
+    /// The writer is about to send everything up to `seq` (the device may acknowledge it from now on).
+    func noteSending(through seq: Int64) {
+        sentThrough.max(seq, ordering: .relaxed)
+    }
+
+    /// Whether the device may acknowledge `seq`: only what it was sent.
+    func mayAcknowledge(_ seq: Int64) -> Bool {
+        seq <= sentThrough.load(ordering: .relaxed)
     }
 
     /// Ends the writer loop for good.

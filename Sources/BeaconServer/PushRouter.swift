@@ -87,7 +87,7 @@ final class PushRouter: Service, Sendable {
 
     /// Routes what was left pending (a crash between storing and routing, or a failed routing), then keeps watching.
     func run() async throws {
-        while !Task.isShuttingDownGracefully {
+        while Task.serviceShouldContinue {
             do {
                 try await sweep()
             } catch {
@@ -102,12 +102,15 @@ final class PushRouter: Service, Sendable {
         var apps: [Int64: AppRecord] = [:]
         while true {
             let pending = try await store.pendingRoutes(before: clock() - Self.sweepAge, limit: 100)
+            var routed = 0
             for route in pending {
                 if apps[route.app] == nil { apps[route.app] = try await store.app(id: route.app) }
                 guard let app = apps[route.app] else { continue }
                 try await self.route(route.message, recipients: route.recipients, app: app)
+                routed += 1
             }
-            if pending.count < 100 { return }
+            // A page of routes that cannot be decided (their app is gone) would come back forever.
+            if pending.count < 100 || routed == 0 || !Task.serviceShouldContinue { return }
         }
     }
 

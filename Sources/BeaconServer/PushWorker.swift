@@ -52,7 +52,7 @@ final class PushWorker: Service, Sendable {
         } catch {
             logger.error("releasing earlier push claims failed", metadata: ["error": "\(error)"])
         }
-        while !Task.isShuttingDownGracefully {
+        while Task.serviceShouldContinue {
             let worked: Bool
             do {
                 worked = try await runOnce()
@@ -202,7 +202,8 @@ final class OutcomeBuffer: Sendable {
                 return (taken, state.finished)
             }
             if !taken.isEmpty { return taken }
-            if finished { return nil }
+            // Cancelled: what was not written is sent again once its claim expires (at least once).
+            if finished || Task.isCancelled { return nil }
             await wake.wait(upTo: .seconds(1))
         }
     }

@@ -26,10 +26,6 @@ import Testing
         var unanswered: [Send] = []
     }
 
-    final class SharedLedger: Sendable {
-        let state = Mutex(Ledger())
-    }
-
     @Test func killMinus9UnderLoadLosesNothingAcknowledgedAndPushesEverything() async throws {
         try await withTemporaryDirectory { directory in
             let simulator = try await SimulatorProcess.start(in: directory)
@@ -47,7 +43,7 @@ import Testing
 
             // Load: three REST senders (app token, Idempotency-Key) and two WebSocket senders (send ids), each to the
             // four offline receivers in turn, until the process dies.
-            let ledger = SharedLedger()
+            let ledger = Locked(Ledger())
             let load = Task {
                 await withTaskGroup(of: Void.self) { group in
                     for sender in ["s0", "s1", "s2"] {
@@ -58,11 +54,11 @@ import Testing
                     }
                 }
             }
-            while ledger.state.withLock({ $0.acknowledged.count }) < 400 { try await Task.sleep(for: .milliseconds(10)) }
+            while ledger.withLock({ $0.acknowledged.count }) < 400 { try await Task.sleep(for: .milliseconds(10)) }
             server.process.signal(SIGKILL)
             await load.value
             _ = await server.process.exitStatus(within: .seconds(10))
-            let (acknowledgedAtCrash, unanswered) = ledger.state.withLock { ($0.acknowledged, $0.unanswered) }
+            let (acknowledgedAtCrash, unanswered) = ledger.withLock { ($0.acknowledged, $0.unanswered) }
 
             // Restart on the same directory; retry every unanswered send with its reference: each is stored once.
             let restarted = try await ServerProcess.start(dataDirectory: data, simulator: simulator)
@@ -188,15 +184,15 @@ import Testing
         }
     }
 
-    static func restSender(_ sender: String, server: ServerProcess, appToken: String, ledger: SharedLedger) async {
+    static func restSender(_ sender: String, server: ServerProcess, appToken: String, ledger: Locked<Ledger>) async {
         for index in 0... {
             let receiver = receivers[index % receivers.count]
             let send = Ledger.Send(sender: sender, receiver: receiver, index: index, reference: "\(sender)-\(index)", overWebSocket: false)
             guard let id = try? await restSend(send, server: server, appToken: appToken) else {
-                ledger.state.withLock { $0.unanswered.append(send) }
+                ledger.withLock { $0.unanswered.append(send) }
                 return
             }
-            ledger.state.withLock { $0.acknowledged[send] = id }
+            ledger.withLock { $0.acknowledged[send] = id }
         }
     }
 
@@ -209,7 +205,7 @@ import Testing
         return id
     }
 
-    static func webSocketSender(_ sender: String, token: String, server: ServerProcess, ledger: SharedLedger) async {
+    static func webSocketSender(_ sender: String, token: String, server: ServerProcess, ledger: Locked<Ledger>) async {
         let next = Mutex(0)
         let inFlight = Mutex<Ledger.Send?>(nil)
         _ = try? await WebSocketClient.connect(url: server.webSocketURL(token: token, device: "sender"), logger: Logger(label: "test")) {
@@ -226,10 +222,10 @@ import Testing
                 try await outbound.write(.text(frame(send)))
                 guard let id = try await sentID(for: send.reference, in: &frames) else { return }
                 inFlight.withLock { $0 = nil }
-                ledger.state.withLock { $0.acknowledged[send] = id }
+                ledger.withLock { $0.acknowledged[send] = id }
             }
         }
-        if let unanswered = inFlight.withLock({ $0 }) { ledger.state.withLock { $0.unanswered.append(unanswered) } }
+        if let unanswered = inFlight.withLock({ $0 }) { ledger.withLock { $0.unanswered.append(unanswered) } }
     }
 
     static func frame(_ send: Ledger.Send) -> String {

@@ -156,3 +156,10 @@ func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> 
     defer { try? FileManager.default.removeItem(at: directory) }
     return try await body(directory)
 }
+
+/// A value shared between tasks.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T { try mutex.withLock { try body(&$0) } }
+}
