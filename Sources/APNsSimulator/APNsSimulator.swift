@@ -139,6 +139,9 @@ public final class APNsSimulator: Service, Sendable {
         }
     }
 
+    /// Requests read so far, answered or not (faults included).
+    public var requestsReceived: Int { state.data.withLock { $0.requestsReceived } }
+
     /// Accepted notifications, oldest first, optionally for one device token.
     public func deliveries(deviceToken: String? = nil) -> [SimulatedDelivery] {
         state.data.withLock { data in

@@ -146,7 +146,10 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
             context.close(promise: nil)
             return
         }
-        let faults = state.data.withLock { $0.faults }
+        let faults = state.data.withLock { data in
+            data.requestsReceived += 1
+            return data.faults
+        }
         if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent, let stream {
             auth.state.withLock {
                 $0.draining = true
@@ -171,7 +174,6 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
             delivery = nil
         }
         if let delivery { state.data.withLock { $0.deliveries.append(delivery) } }
-        raiseStreamLimitOnFirstSuccess(answer, context: context)
 
         let write: @Sendable () -> Void
         let loopBound = NIOLoopBound((context, self), eventLoop: context.eventLoop)
@@ -199,7 +201,14 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         let auth = self.auth
         let parent = context.channel.parent
+        let finalAnswer = answer
+        let raiseLimit: @Sendable () -> Void = {
+            let (context, handler) = loopBound.value
+            handler.raiseStreamLimitOnFirstSuccess(finalAnswer, context: context)
+        }
         let answerThenDrain: @Sendable () -> Void = {
+            // As APNs: the stream limit rises once the first authenticated request is answered.
+            raiseLimit()
             write()
             let drained = auth.state.withLock { state in
                 state.unanswered -= 1

@@ -116,6 +116,8 @@ final class SimulatorState: Sendable {
         var failuresLeft: Int?
         var deliveries: [SimulatedDelivery] = []
         var recentByToken: [String: [Int64]] = [:]
+        /// Requests read on any connection (answered or not).
+        var requestsReceived = 0
         /// Counts `stall` faults: a connection opened before the latest one is dead.
         var stallGeneration = 0
     }

@@ -76,7 +76,12 @@ public final class APNsClient: Sendable {
     /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure
     /// (`.timeout` also when its turn did not come within `waitTimeout`). An `ExpiredProviderToken` answer makes a new
     /// token (one per connection, however many requests heard it) and retries once.
-    public func send(_ notification: APNsNotification) async throws(APNsFailure) -> APNsAccepted {
+    ///
+    /// `stillWanted`, when given, is asked once the notification has its turn and a stream, just before it is written:
+    /// false ends it with `APNsFailure.withdrawn` (the waits before can be long when APNs is slow or unreachable).
+    public func send(
+        _ notification: APNsNotification, stillWanted: (@Sendable () async -> Bool)? = nil
+    ) async throws(APNsFailure) -> APNsAccepted {
         do {
             try await limiter.waitForTurn(timeout: configuration.waitTimeout, on: group.any())
         } catch let failure as APNsFailure {
@@ -86,7 +91,8 @@ public final class APNsClient: Sendable {
         }
         defer { limiter.release() }
         do {
-            return try await connection().send(notification, timeout: configuration.requestTimeout, waitTimeout: configuration.waitTimeout)
+            return try await connection().send(
+                notification, timeout: configuration.requestTimeout, waitTimeout: configuration.waitTimeout, stillWanted: stillWanted)
         } catch let failure as APNsFailure {
             throw failure
         } catch is CancellationError {

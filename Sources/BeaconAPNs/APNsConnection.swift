@@ -75,9 +75,12 @@ final class APNsConnection: Sendable {
     /// Sends one notification on its own stream, once its turn for a stream slot comes (within `waitTimeout`).
     /// Answers or throws `APNsFailure` within `timeout` of the stream opening; an `ExpiredProviderToken` answer
     /// replaces the token that failed (unless another request already did) and retries once.
-    func send(_ notification: APNsNotification, timeout: Duration, waitTimeout: Duration) async throws -> APNsAccepted {
+    func send(
+        _ notification: APNsNotification, timeout: Duration, waitTimeout: Duration, stillWanted: (@Sendable () async -> Bool)?
+    ) async throws -> APNsAccepted {
         try await state.waitForTurn(timeout: waitTimeout, on: channel.eventLoop)
         defer { if state.releaseStream() { close(reason: "drained after GOAWAY or replacement") } }
+        if let stillWanted, !(await stillWanted()) { throw APNsFailure.withdrawn }
         let token = try signingKey.map { try providerToken($0, replacing: nil) }
         do {
             return try await send(notification, token: token, timeout: timeout)

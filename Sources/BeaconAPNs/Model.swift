@@ -164,6 +164,8 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case connectionLost(String)
     /// Could not connect.
     case connectFailed(String)
+    /// The sender's last check, just before the request was written, said it was no longer wanted.
+    case withdrawn
 
     public var description: String {
         switch self {
@@ -172,6 +174,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .timeout: "no answer before the deadline"
         case .connectionLost(let why): "connection lost: \(why)"
         case .connectFailed(let why): "could not connect: \(why)"
+        case .withdrawn: "withdrawn by the sender before it was sent"
         }
     }
 
@@ -181,6 +184,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .rejected(let status, let reason, _, _):
             status == 429 || status >= 500 || reason == .idleTimeout
         case .timeout, .connectionLost, .connectFailed: true
+        case .withdrawn: false
         }
     }
 }

@@ -113,6 +113,7 @@ extension Duration {
     var nanoseconds: Int64 {
         let (seconds, attoseconds) = components
         let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow ? .max : whole.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
+        let (total, carry) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        return overflow || carry ? (seconds < 0 ? .min : .max) : total
     }
 }

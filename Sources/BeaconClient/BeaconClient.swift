@@ -112,6 +112,8 @@ public actor BeaconClient {
     private var ackedSeq: Int64 = 0
     /// Everything up to this is in `messages` or needs no delivery (the last `synced`).
     private var syncedSeq: Int64 = 0
+    /// Counts logins on this client: a message of an earlier session, taken after a logout, acknowledges nothing.
+    private var session = 0
     /// While the app works through a backlog, acks go out every this many messages.
     private static let ackBatch: Int64 = 200
     /// Set when the server said this connection must not come back (kicked, replaced).
@@ -148,16 +150,14 @@ public actor BeaconClient {
             throw error
         }
         startConnection()
+        // The wait for `welcome` is a continuation the connection loop resumes; the deadline fails it from outside.
+        let deadline = Task { [weak self, timeout = options.loginTimeout] in
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }  // cancelled: connected in time
+            await self?.failWaitingForConnection(with: .timedOut)
+        }
+        defer { deadline.cancel() }
         do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await self.waitUntilConnected() }
-                group.addTask {
-                    try await Task.sleep(for: self.options.loginTimeout)
-                    throw BeaconClientError.timedOut
-                }
-                defer { group.cancelAll() }
-                try await group.next()
-            }
+            try await waitUntilConnected()
         } catch {
             await logout()
             throw error
@@ -204,6 +204,9 @@ public actor BeaconClient {
         task?.cancel()
         await task?.value
         failPending(with: BeaconClientError.notLoggedIn)
+        // The next login may be another user (or this one on another inbox): its positions start from its `welcome`.
+        session += 1
+        (lastSeq, takenSeq, ackedSeq, syncedSeq) = (0, 0, 0, 0)
     }
 
     /// Sends a message; returns it as the server stored it (id, timestamp).
@@ -305,7 +308,7 @@ public actor BeaconClient {
                 guard seq > lastSeq else { break }  // already in `messages` (a resend after a reconnect)
                 lastSeq = seq
             }
-            messageSink.yield(MessageStream.Delivery(message: message, seq: seq))
+            messageSink.yield(MessageStream.Delivery(message: message, seq: seq, session: session))
         case .sent(let id, let messageID, let timestamp):
             guard let continuation = pendingSends.removeValue(forKey: id), let draft = pendingDrafts.removeValue(forKey: id) else { break }
             continuation.resume(
@@ -343,7 +346,8 @@ public actor BeaconClient {
     }
 
     /// The app finished with the stored message `seq` (its loop asked `messages` for the next one).
-    func taken(_ seq: Int64) async {
+    func taken(_ seq: Int64, session: Int) async {
+        guard session == self.session else { return }
         takenSeq = max(takenSeq, seq)
         if takenSeq == lastSeq || takenSeq - ackedSeq >= Self.ackBatch { await acknowledgeTaken() }
     }
@@ -399,10 +403,14 @@ public actor BeaconClient {
         for waiter in waiters { waiter.resume() }
     }
 
-    private func failPending(with error: BeaconClientError) {
+    private func failWaitingForConnection(with error: BeaconClientError) {
         let waiters = waitingForConnection
         waitingForConnection.removeAll()
         for waiter in waiters { waiter.resume(throwing: error) }
+    }
+
+    private func failPending(with error: BeaconClientError) {
+        failWaitingForConnection(with: error)
         for (_, continuation) in pendingSends { continuation.resume(throwing: error) }
         pendingSends.removeAll()
         pendingDrafts.removeAll()
@@ -433,6 +441,8 @@ public struct MessageStream: AsyncSequence, Sendable {
         var message: Message
         /// Stored messages have one; they are acknowledged once taken.
         var seq: Int64?
+        /// The login it arrived in.
+        var session: Int
     }
 
     /// Points back at the client without keeping it alive.
@@ -452,19 +462,19 @@ public struct MessageStream: AsyncSequence, Sendable {
         var deliveries: AsyncStream<Delivery>.AsyncIterator
         let owner: Owner
         /// The stored message handed out last, not yet reported as taken.
-        var handedOut: Int64?
+        var handedOut: (seq: Int64, session: Int)?
 
         public mutating func next() async -> Message? {
             await next(isolation: nil)
         }
 
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Message? {
-            if let seq = handedOut {
+            if let taken = handedOut {
                 handedOut = nil
-                await owner.client?.taken(seq)
+                await owner.client?.taken(taken.seq, session: taken.session)
             }
             guard let delivery = await deliveries.next(isolation: actor) else { return nil }
-            handedOut = delivery.seq
+            handedOut = delivery.seq.map { ($0, delivery.session) }
             return delivery.message
         }
     }

@@ -23,7 +23,8 @@ public struct MessageIDGenerator: Sendable {
             sequence = 0
         }
         lastMilliseconds = now
-        return UInt64(now - Self.epochMilliseconds) << 22 | node << 12 | sequence
+        // A clock before the epoch (a machine that booted at 1970) gives the epoch's ids rather than a trap.
+        return UInt64(max(0, now - Self.epochMilliseconds)) << 22 | node << 12 | sequence
     }
 
     /// The millisecond timestamp encoded in an id.

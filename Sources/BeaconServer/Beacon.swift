@@ -176,7 +176,8 @@ public struct BeaconServer: Sendable {
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             let session = DeviceSession(
                 app: app, username: username, deviceID: deviceID, messages: messages, registry: registry, cursors: cursors,
-                outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered, logger: context.logger)
+                outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered,
+                reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }
 
@@ -224,9 +225,11 @@ struct ShutdownNotice: Service {
 
     func run() async throws {
         try? await gracefulShutdown()
+        guard !Task.isCancelled else { return }  // the application failed: nothing to announce
         registry.disconnectEveryone(reason: "shutdown")
         let deadline = ContinuousClock.now + timeout
-        while !registry.isEmpty, ContinuousClock.now < deadline {
+        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides.
+        while !registry.isIdle, ContinuousClock.now < deadline, !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(10))
         }
     }

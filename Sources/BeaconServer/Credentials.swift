@@ -126,8 +126,11 @@ final class LoginThrottle: Sendable {
     }
 
     private struct Failures {
-        var count: Int
+        var count = 0
         var since: Int64
+        /// Attempts being checked now: they count against the limit until their outcome is known, so that a burst of
+        /// parallel guesses cannot all pass the check before the first failure is recorded.
+        var inFlight = 0
     }
     private let failures = Mutex<[String: Failures]>([:])
     private let limits: Limits
@@ -142,34 +145,45 @@ final class LoginThrottle: Sendable {
         [("u/\(app)/\(username)", \.perUser)] + (address.map { [("a/\(app)/\($0)", \.perAddress)] } ?? [])
     }
 
-    /// Throws `too_many_requests` when the user or the address failed too often lately.
-    func check(app: Int64, username: String, address: String?, now: Int64) throws {
-        let blocked = failures.withLock { table in
-            Self.keys(app: app, username: username, address: address).contains { key, limit in
-                guard let entry = table[key], now - entry.since < limits.window else { return false }
-                return entry.count >= limits[keyPath: limit]
-            }
-        }
-        if blocked { throw BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes") }
-    }
-
-    func recordFailure(app: Int64, username: String, address: String?, now: Int64) {
-        failures.withLock { table in
+    /// Starts an attempt, or throws `too_many_requests` when the user or the address failed too often lately (attempts
+    /// in flight count as failures until they end). Every attempt started must be ended with `end`.
+    func begin(app: Int64, username: String, address: String?, now: Int64) throws {
+        let admitted = failures.withLock { table -> Bool in
             if table.count >= Self.capacity {
-                table = table.filter { now - $0.value.since < limits.window }
+                table = table.filter { now - $0.value.since < limits.window || $0.value.inFlight > 0 }
                 if table.count >= Self.capacity { table.removeAll() }  // a flood of addresses: start counting afresh
             }
-            for (key, _) in Self.keys(app: app, username: username, address: address) {
-                if let entry = table[key], now - entry.since < limits.window {
-                    table[key] = Failures(count: entry.count + 1, since: entry.since)
-                } else {
-                    table[key] = Failures(count: 1, since: now)
-                }
+            let keys = Self.keys(app: app, username: username, address: address)
+            for (key, limit) in keys {
+                guard let entry = table[key] else { continue }
+                let recent = now - entry.since < limits.window ? entry.count : 0
+                if recent + entry.inFlight >= limits[keyPath: limit] { return false }
             }
+            for (key, _) in keys {
+                var entry = table[key] ?? Failures(since: now)
+                if now - entry.since >= limits.window { (entry.count, entry.since) = (0, now) }
+                entry.inFlight += 1
+                table[key] = entry
+            }
+            return true
         }
+        if !admitted { throw BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes") }
     }
 
-    func recordSuccess(app: Int64, username: String) {
-        _ = failures.withLock { $0.removeValue(forKey: "u/\(app)/\(username)") }
+    /// Ends an attempt `begin` admitted: a failure counts; a success forgets the user's failures.
+    func end(app: Int64, username: String, address: String?, now: Int64, succeeded: Bool) {
+        failures.withLock { table in
+            for (key, _) in Self.keys(app: app, username: username, address: address) {
+                guard var entry = table[key] else { continue }
+                entry.inFlight = max(0, entry.inFlight - 1)
+                if !succeeded {
+                    if now - entry.since >= limits.window { (entry.count, entry.since) = (0, now) }
+                    entry.count += 1
+                } else if key.hasPrefix("u/") {
+                    entry.count = 0
+                }
+                table[key] = entry.count == 0 && entry.inFlight == 0 ? nil : entry
+            }
+        }
     }
 }

@@ -17,6 +17,8 @@ struct DeviceSession {
     let outboxLimit: Int
     /// `BeaconHooks.afterDeviceRegistered`.
     let afterRegistered: (@Sendable (String, String) async throws -> Void)?
+    /// Authenticates the connection's token again (throws when it no longer holds).
+    let reauthenticate: @Sendable () async throws -> Void
     let logger: Logger
 
     static let maxFrameBytes = 64 * 1024
@@ -30,6 +32,8 @@ struct DeviceSession {
     /// whatever ends the session, errors included. When it goes offline, the messages it was online for and that
     /// no device of the user acknowledged have their pushes decided again.
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        registry.sessionBegan()
+        defer { registry.sessionEnded() }
         let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
         registry.register(outbox)
         let result: Result<Void, any Error>
@@ -53,6 +57,13 @@ struct DeviceSession {
 
     private func runOnline(outbox: DeviceOutbox, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         try await afterRegistered?(username, deviceID)
+        // A kick or a deletion between the upgrade's authentication and the registration found no session to close.
+        do {
+            try await reauthenticate()
+        } catch {
+            try await write(.closing(reason: "kicked"), to: outbound)
+            return
+        }
         let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(username, device: deviceID, app: app.id, to: cursor)
@@ -128,7 +139,7 @@ struct DeviceSession {
             onlineOnly: request.routetype == RouteType.online, originDevice: deviceID, copyToSender: true)
         do {
             // A retried send (same `id` from this device) is answered with the first one's message.
-            let receipt = SendReceipt(scope: "ws:\(username)/\(deviceID)", reference: request.id, now: messages.now())
+            let receipt = SendReceipt(scope: SendReceipt.deviceScope(user: username, device: deviceID), reference: request.id, now: messages.now())
             let sent = try await messages.send(outgoing, to: [request.to], app: app, enforceMembership: true, receipt: receipt)
             guard let message = sent.first else { throw BeaconError(.internalError, "a send stored no message") }
             return .sent(id: request.id, messageID: String(message.id), timestamp: message.timestamp)

@@ -72,8 +72,13 @@ final class ConnectionRegistry: PresenceRegistry {
     }
 
     /// Closes every connection (graceful shutdown).
-    /// No device connected.
-    var isEmpty: Bool { connections.withLock { $0.isEmpty } }
+    /// Device sessions running, their cleanup (cursor flush, push re-decisions) included.
+    private let sessions = Atomic<Int>(0)
+
+    func sessionBegan() { sessions.add(1, ordering: .relaxed) }
+    func sessionEnded() { sessions.subtract(1, ordering: .relaxed) }
+    /// Whether every device session has ended, cleanup included.
+    var isIdle: Bool { sessions.load(ordering: .relaxed) == 0 }
 
     func disconnectEveryone(reason: String) {
         let outboxes = connections.withLock { $0.values.flatMap(\.values) }

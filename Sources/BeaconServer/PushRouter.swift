@@ -106,8 +106,13 @@ final class PushRouter: Service, Sendable {
             for route in pending {
                 if apps[route.app] == nil { apps[route.app] = try await store.app(id: route.app) }
                 guard let app = apps[route.app] else { continue }
-                try await self.route(route.message, recipients: route.recipients, app: app)
-                routed += 1
+                do {
+                    try await self.route(route.message, recipients: route.recipients, app: app)
+                    routed += 1
+                } catch {
+                    // One route that cannot be decided now must not hold up the others; it is tried at the next sweep.
+                    logger.error("routing a pending message failed", metadata: ["message": "\(route.message)", "error": "\(error)"])
+                }
             }
             // A page of routes that cannot be decided (their app is gone) would come back forever.
             if pending.count < 100 || routed == 0 || !Task.serviceShouldContinue { return }

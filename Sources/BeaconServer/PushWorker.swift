@@ -26,6 +26,8 @@ final class PushWorker: Service, Sendable {
     static let lease: Int64 = 60_000
     /// Outcomes written per transaction, at most; they are written as soon as the previous write is done.
     static let outcomesPerWrite = 256
+    /// A send that waited longer than this after its claim checks its binding again before it goes.
+    static let recheckAfter: Duration = .seconds(1)
 
     init(
         store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
@@ -121,11 +123,21 @@ final class PushWorker: Service, Sendable {
             deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(rawValue: job.job.pushType) ?? .alert,
             priority: job.job.priority, expiration: job.job.expiration, collapseID: job.job.collapseID,
             apnsID: UUID(uuidString: job.job.apnsID) ?? UUID(), payload: Array(job.job.payload.utf8))
+        // The claim checked the binding; a send that then waited (APNs slow or unreachable) checks it again, so that a
+        // token unbound or moved to another user meanwhile is not pushed to.
+        let claimedAt = ContinuousClock.now
+        let stillBound: @Sendable () async -> Bool = { [store] in
+            guard claimedAt.duration(to: .now) > Self.recheckAfter else { return true }
+            return (try? await store.bindingHolds(for: job.job, app: job.appID)) ?? true
+        }
         do {
-            _ = try await client.send(notification)
+            _ = try await client.send(notification, stillWanted: stillBound)
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
         } catch {
             switch error {
+            case .withdrawn:
+                return PushAttemptOutcome(
+                    jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")  // as the claim records it
             case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
                 await removeDeadBinding(job, reason: reason, timestamp: timestamp)
                 return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)

@@ -102,13 +102,14 @@ struct Routes {
                 throw BeaconError(.invalidGrant, "username or password is wrong")
             }
             let address = (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress
-            try logins.check(app: app.id, username: username, address: address, now: now)
+            try logins.begin(app: app.id, username: username, address: address, now: now)
+            var succeeded = false
+            defer { logins.end(app: app.id, username: username, address: address, now: now, succeeded: succeeded) }
             let user = try await store.user(username, app: app.id)
             guard try await Credentials.verifyPasswordOffLoop(password, hash: user?.passwordHash, rounds: passwordHashRounds), let user else {
-                logins.recordFailure(app: app.id, username: username, address: address, now: now)
                 throw BeaconError(.invalidGrant, "username or password is wrong")
             }
-            logins.recordSuccess(app: app.id, username: username)
+            succeeded = true
             claims.user = username
             claims.uid = user.uuid
             return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, user: entity(user)))
@@ -540,11 +541,8 @@ struct Routes {
         var receipt: SendReceipt?
         if let reference = request.headers.first(where: { $0.name.canonicalName == "idempotency-key" })?.value ?? reference {
             guard (1...128).contains(reference.utf8.count) else { throw BeaconError.illegal("Idempotency-Key and msg_id are 1-128 bytes") }
-            let scope = switch caller {
-            case .app: "rest:app"
-            case .user(let name): "rest:user:\(name)"
-            }
-            receipt = SendReceipt(scope: scope, reference: reference, now: api.clock())
+            // Per sender, as Easemob's `msg_id` is: two senders' references never meet (a user token sends as itself).
+            receipt = SendReceipt(scope: SendReceipt.senderScope(sender), reference: reference, now: api.clock())
         }
         let sent = try await messages.send(outgoing, to: targets, app: app, enforceMembership: caller != .app, receipt: receipt)
         var data: [String: String] = [:]

@@ -123,6 +123,9 @@ public protocol BeaconStore: Sendable {
     /// new claim token. Due jobs whose device binding no longer holds their token (unbound, moved to another user,
     /// the user kicked or deleted) end as `skipped` with `binding_changed` instead.
     func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob]
+    /// Whether the job's device binding still holds its token (the check the claim made, made again just before a send
+    /// that waited long after its claim).
+    func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool
     /// Records attempts' outcomes, each only if its job is still pending under the outcome's claim token (a job
     /// claimed again after its lease ran out cannot be completed twice). Returns how many were recorded.
     @discardableResult

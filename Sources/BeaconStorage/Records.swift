@@ -338,7 +338,8 @@ public struct NewMessage: Sendable, Hashable {
 /// A client's own reference for a send (`Idempotency-Key`, a REST `msg_id`, a WebSocket `send.id`): a retry with the
 /// same reference in the same scope is answered with the first send's message ids and stores nothing.
 public struct SendReceipt: Sendable, Hashable {
-    /// Who the reference belongs to (`rest:<caller>` or `ws:<user>/<device>`).
+    /// Whose reference it is: one sender's (`senderScope(_:)`) or one device's (`deviceScope(user:device:)`). A user's
+    /// receipts go with the user.
     public var scope: String
     public var reference: String
     public var now: Int64
@@ -348,6 +349,11 @@ public struct SendReceipt: Sendable, Hashable {
         self.reference = reference
         self.now = now
     }
+
+    /// A REST send's scope: its sender (`from`, or the user of a user token).
+    public static func senderScope(_ sender: String) -> String { "rest:\(sender)" }
+    /// A WebSocket send's scope: the device it came from.
+    public static func deviceScope(user: String, device: String) -> String { "ws:\(user)/\(device)" }
 }
 
 /// What `append` did.

@@ -131,6 +131,18 @@ extension SQLiteStore {
 
     // MARK: Jobs
 
+    public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {
+        try await pool.read { db in
+            try Bool.fetchOne(
+                db,
+                sql: """
+                    SELECT EXISTS (SELECT 1 FROM push_bindings WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
+                        AND (CASE WHEN ? = 'voip' THEN voip_token ELSE device_token END) = ?)
+                    """,
+                arguments: [app, job.username, job.deviceID, job.notifier, job.pushType, job.deviceToken]) ?? false
+        }
+    }
+
     public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
         let token = Int64.random(in: 1...Int64.max)
         return try await pool.write { db in

@@ -313,6 +313,10 @@ public final class SQLiteStore: BeaconStore {
                     WHERE app_id = ? AND username = ? AND status = 'pending'
                     """,
                 arguments: [now, app, username])
+            let devicePrefix = SendReceipt.deviceScope(user: username, device: "")
+            try db.execute(
+                sql: "DELETE FROM send_receipts WHERE app_id = ? AND (scope = ? OR substr(scope, 1, ?) = ?)",
+                arguments: [app, SendReceipt.senderScope(username), devicePrefix.utf8.count, devicePrefix])
             try db.execute(sql: "DELETE FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
             return db.changesCount > 0
         }

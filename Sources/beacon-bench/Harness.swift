@@ -20,7 +20,9 @@ struct BenchServer {
 
     static func start(configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
-        let store = try SQLiteStore(directory: directory.path)
+        // The server's default (full) unless BEACON_DURABILITY says otherwise, to measure the price of the switch.
+        let durability = ProcessInfo.processInfo.environment["BEACON_DURABILITY"].flatMap(SQLiteStore.Durability.init(rawValue:)) ?? .full
+        let store = try SQLiteStore(directory: directory.path, durability: durability)
         var logger = Logger(label: "beacon.bench")
         logger.logLevel = .error
         let credentials = try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store)

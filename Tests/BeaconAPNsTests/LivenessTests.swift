@@ -1,6 +1,7 @@
 import APNsSimulator
 import BeaconAPNs
 import Foundation
+import Synchronization
 import Testing
 
 /// The client notices dead connections, bounds every wait, refreshes an expired token once, and lets a connection
@@ -8,7 +9,7 @@ import Testing
 @Suite struct LivenessTests {
     @Test func aConnectionThatStopsAnsweringIsProbedAndReplaced() async throws {
         let configuration = APNsClient.Configuration(
-            connections: 1, requestTimeout: .seconds(1), pingTimeout: .seconds(1), reconnectDelay: .milliseconds(10))
+            connections: 1, requestTimeout: .seconds(3), pingTimeout: .seconds(3), reconnectDelay: .milliseconds(10))
         try await withSimulator(client: configuration) { simulator, client, _ in
             try await warmUp(client)
             var faults = SimulatorFaults()
@@ -17,7 +18,7 @@ import Testing
             await #expect(throws: APNsFailure.timeout) { _ = try await client.send(alert("2")) }
             // Before: every send went to the dead connection and timed out, for as long as TCP kept it.
             var outcomes: [String] = []
-            for _ in 0..<5 {
+            for _ in 0..<8 {
                 do {
                     _ = try await client.send(alert("3"))
                     outcomes.append("sent")
@@ -62,14 +63,10 @@ import Testing
 
     @Test func waitingForTheInFlightLimitEndsOnCancellationOrAtTheDeadline() async throws {
         // One request in flight that APNs never answers holds the only turn.
-        let patient = APNsClient.Configuration(connections: 1, maxInFlight: 1, requestTimeout: .seconds(5), waitTimeout: .seconds(30))
+        let patient = APNsClient.Configuration(connections: 1, maxInFlight: 1, requestTimeout: .seconds(15), waitTimeout: .seconds(30))
         try await withSimulator(client: patient) { simulator, client, key in
-            var faults = SimulatorFaults()
-            faults.neverAnswer = true
-            simulator.setFaults(faults)
-            let holder = Task { try? await client.send(alert("held")) }
+            let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
-            try await Task.sleep(for: .milliseconds(100))
             let waiter = Task { () -> APNsFailure? in
                 do throws(APNsFailure) {
                     _ = try await client.send(alert("waiting"))
@@ -82,29 +79,28 @@ import Testing
             waiter.cancel()
             // Before: the waiter ignored cancellation and waited for the holder (5 s), then for APNs.
             #expect(await waiter.value == .connectionLost("cancelled"))
+            #expect(!holder.isReleased)
 
             var hasty = patient
             hasty.waitTimeout = .milliseconds(200)
             let other = APNsClient(credentials: .token(key), endpoint: client.endpoint, configuration: hasty)
-            let otherHolder = Task { try? await other.send(alert("held")) }
+            let otherHolder = try await holdTheOnlyTurn(other, simulator)
             defer { otherHolder.cancel() }
-            try await Task.sleep(for: .milliseconds(100))
             await #expect(throws: APNsFailure.timeout) { _ = try await other.send(alert("late")) }
+            #expect(!otherHolder.isReleased)
             await other.shutdown()
         }
     }
 
     @Test func waitingForAStreamSlotEndsAtTheDeadline() async throws {
         // Until APNs accepts a token the connection allows one stream; an unanswered request keeps it.
-        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(5), waitTimeout: .milliseconds(200))
+        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(15), waitTimeout: .milliseconds(200))
         try await withSimulator(client: configuration) { simulator, client, _ in
-            var faults = SimulatorFaults()
-            faults.neverAnswer = true
-            simulator.setFaults(faults)
-            let holder = Task { try? await client.send(alert("held")) }
+            let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
-            try await Task.sleep(for: .milliseconds(100))
+            // The waiter gives up while the holder still holds (before: it waited for the holder's 15 s timeout).
             await #expect(throws: APNsFailure.timeout) { _ = try await client.send(alert("waiting")) }
+            #expect(!holder.isReleased)
         }
     }
 
@@ -189,6 +185,35 @@ func alertBody(_ payload: JSONPayload) -> String? {
         case .string(let body)? = alert["body"]
     else { return nil }
     return body
+}
+
+/// A notification APNs never answers, holding its turn (and its stream) until its request timeout.
+final class HeldTurn: Sendable {
+    private let task: Task<Void, Never>
+    private let done = Counter()
+
+    fileprivate init(_ client: APNsClient) {
+        let done = self.done
+        task = Task {
+            _ = try? await client.send(alert("held"))
+            done.increment()
+        }
+    }
+
+    /// Whether the held request has ended (answered, timed out or cancelled).
+    var isReleased: Bool { done.value > 0 }
+    func cancel() { task.cancel() }
+}
+
+/// Makes the simulator answer nothing and sends one notification, which then holds its turn.
+func holdTheOnlyTurn(_ client: APNsClient, _ simulator: APNsSimulator) async throws -> HeldTurn {
+    var faults = SimulatorFaults()
+    faults.neverAnswer = true
+    simulator.setFaults(faults)
+    let before = simulator.requestsReceived
+    let holder = HeldTurn(client)
+    while simulator.requestsReceived == before { try await Task.sleep(for: .milliseconds(5)) }
+    return holder
 }
 
 /// Sends "1" until it is accepted: a first connection on a busy machine may take longer than a test's short timeouts.

@@ -44,6 +44,18 @@ import Testing
         }
     }
 
+    @Test func loginGivesUpWhenNoConnectionComesInTime() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("bob")
+            // The token is fine (REST answers) but every connection is refused: a device_id over 128 bytes.
+            let client = BeaconClient(
+                options: BeaconOptions(
+                    appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: String(repeating: "d", count: 200), loginTimeout: .milliseconds(500)))
+            await #expect(throws: BeaconClientError.timedOut) { try await client.login(username: "bob", password: "pw") }
+            await #expect(throws: BeaconClientError.notLoggedIn) { _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x"))) }
+        }
+    }
+
     @Test func theDefaultDeviceIDSurvivesARelaunch() throws {
         let suite = "beacon-tests-\(UUID())"
         let defaults = try #require(UserDefaults(suiteName: suite))

@@ -27,17 +27,9 @@ import Testing
     }
 
     @Test func killMinus9UnderLoadLosesNothingAcknowledgedAndPushesEverything() async throws {
-        try await withTemporaryDirectory { directory in
-            let simulator = try await SimulatorProcess.start(in: directory)
-            defer { Task { await simulator.process.stop() } }
-            let data = directory.appendingPathComponent("data")
-            let credentials = try await Self.createApp(data)
+        try await Self.withBeaconProcesses { data, simulator, server, appToken in
             var faults: JSONValue = ["delay_ms": 30]  // APNs' own latency: pushes are in flight when the kill comes
             _ = try await simulator.control("PUT", "/faults", faults)
-
-            let server = try await ServerProcess.start(dataDirectory: data, simulator: simulator)
-            let appToken = try await server.token(
-                ["grant_type": "client_credentials", "client_id": .string(credentials.id), "client_secret": .string(credentials.secret)])
             try await Self.provision(server, simulator: simulator, appToken: appToken)
             let senderTokens = try await [server.token(Self.password("s3")), server.token(Self.password("s4"))]
 
@@ -110,14 +102,7 @@ import Testing
     }
 
     @Test func sigtermTellsDevicesAndExitsCleanly() async throws {
-        try await withTemporaryDirectory { directory in
-            let simulator = try await SimulatorProcess.start(in: directory)
-            defer { Task { await simulator.process.stop() } }
-            let data = directory.appendingPathComponent("data")
-            let credentials = try await Self.createApp(data)
-            let server = try await ServerProcess.start(dataDirectory: data, simulator: simulator)
-            let appToken = try await server.token(
-                ["grant_type": "client_credentials", "client_id": .string(credentials.id), "client_secret": .string(credentials.secret)])
+        try await Self.withBeaconProcesses { _, _, server, appToken in
             let created = try await server.rest("POST", "/users", ["username": "bob", "password": "pw"], token: appToken)
             #expect(created.status == 200)
             let token = try await server.token(Self.password("bob"))
@@ -138,11 +123,27 @@ import Testing
             _ = try? await device.value
             #expect(frames.withLock { $0.contains(.closing(reason: "shutdown")) }, "\(frames.withLock { $0 })")
             #expect(status == 0)
-            if status == nil { await server.process.stop() }
         }
     }
 
     // MARK: Steps
+
+    /// `beacon apns-sim`, an app made with `beacon app create`, and `beacon serve` on a fresh data directory.
+    static func withBeaconProcesses(
+        _ body: (_ data: URL, SimulatorProcess, ServerProcess, _ appToken: String) async throws -> Void
+    ) async throws {
+        try await withTemporaryDirectory { directory in
+            let simulator = try await SimulatorProcess.start(in: directory)
+            defer { Task { await simulator.process.stop() } }
+            let data = directory.appendingPathComponent("data")
+            let credentials = try await createApp(data)
+            let server = try await ServerProcess.start(dataDirectory: data, simulator: simulator)
+            defer { Task { await server.process.stop() } }
+            let appToken = try await server.token(
+                ["grant_type": "client_credentials", "client_id": .string(credentials.id), "client_secret": .string(credentials.secret)])
+            try await body(data, simulator, server, appToken)
+        }
+    }
 
     static func password(_ username: String) -> JSONValue {
         ["grant_type": "password", "username": .string(username), "password": "pw"]

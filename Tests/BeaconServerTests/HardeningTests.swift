@@ -103,11 +103,44 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             #expect(throttled.0 == 429)
             #expect(throttled.1["error"] == "too_many_requests")
             #expect(try await login("carol", "pw").0 == 200)
+            // A burst in parallel gets no more guesses: attempts being checked count until they end (before: all 30 were
+            // checked against the same count and hashed).
+            let answers = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<30 { group.addTask { try await login("carol", "wrong").1["error"]?.stringValue } }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+            #expect(answers.filter { $0 == "invalid_grant" }.count <= 10)
+            #expect(answers.filter { $0 == "too_many_requests" }.count >= 20)
         }
     }
 }
 
 @Suite struct RightPersonTests {
+    /// A claimed push that waits for APNs (here: for the connection's only stream, held by a slow answer) checks the
+    /// binding again just before it is written. Before, it went to whoever held the token by then.
+    @Test func aPushThatWaitedForAPNsChecksTheBindingAgain() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8()
+            // Three devices, one message, one claim: a job per device. The APNs client's two connections allow one
+            // stream each until their first answer (2.5 s away), so the third job waits for a stream.
+            let tokens = [phone, String(repeating: "cd", count: 32), String(repeating: "ef", count: 32)]
+            for (index, token) in tokens.enumerated() { _ = try await beacon.bind("bob", device: "device\(index)", token: token) }
+            var faults = SimulatorFaults()
+            faults.delayMilliseconds = 2500
+            simulator.setFaults(faults)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob"]])
+            while simulator.deliveries().count < 2 { try await Task.sleep(for: .milliseconds(10)) }
+            let delivered = Set(simulator.deliveries().map(\.deviceToken))
+            let waiting = try #require(tokens.first { !delivered.contains($0) })
+            _ = try await beacon.bind("carol", device: "carols", token: waiting)  // that device changes hands meanwhile
+            let records = try await beacon.deliveries(of: "bob") { records in records.count == 3 && records.allSatisfy { $0["status"] != "pending" } }
+            #expect(records.compactMap { $0["status"]?.stringValue }.sorted() == ["sent", "sent", "skipped"], "\(records)")
+            #expect(records.contains { $0["reason"] == "binding_changed" })
+            #expect(simulator.deliveries(deviceToken: waiting).isEmpty)
+        }
+    }
+
     @Test func aRetriedPushNeverReachesTheNextOwnerOfTheToken() async throws {
         let clock = TestClock()
         try await withPushBeacon(clock: clock) { beacon, simulator in
@@ -298,9 +331,14 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             #expect(a.json["data"] == b.json["data"])
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "2")
             #expect(try await beacon.rest("GET", "/users/carol/offline_msg_count").json["data"]?["carol"] == "1")
+            // References are per sender: another sender's "client-7" is another message (before: carol's was dropped).
+            let fromCarol = try await beacon.rest(
+                "POST", "/messages/users", ["from": "carol", "to": ["bob"], "type": "txt", "body": ["msg": "mine"], "msg_id": "client-7"])
+            #expect(fromCarol.json["data"]?["bob"] != a.json["data"]?["bob"])
+            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
             // All or nothing: one unknown target stores nothing for the others.
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "ghost"], "type": "txt", "body": ["msg": "no"]])
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "2")
+            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
         }
     }
 
