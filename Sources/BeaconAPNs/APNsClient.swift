@@ -58,6 +58,7 @@ public final class APNsClient: Sendable {
     private let group: any EventLoopGroup
     private let slots: [Slot]
     private let limiter: Limiter
+    private let limiterSweep: RepeatedTask
     private let next = Atomic<Int>(0)
     private let retired = Atomic<Bool>(false)
 
@@ -70,7 +71,12 @@ public final class APNsClient: Sendable {
         self.configuration = configuration
         self.group = eventLoopGroup
         self.slots = (0..<max(1, configuration.connections)).map { _ in Slot() }
-        self.limiter = Limiter(limit: max(1, configuration.maxInFlight))
+        let limiter = Limiter(limit: max(1, configuration.maxInFlight))
+        self.limiter = limiter
+        // Waits for the in-flight limit are checked against their deadline here (ends with `shutdown`).
+        self.limiterSweep = eventLoopGroup.any().scheduleRepeatedTask(
+            initialDelay: ConnectionEventsHandler.sweepInterval, delay: ConnectionEventsHandler.sweepInterval
+        ) { _ in limiter.expireOverdue() }
     }
 
     /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure
@@ -83,7 +89,7 @@ public final class APNsClient: Sendable {
         _ notification: APNsNotification, stillWanted: (@Sendable () async -> Bool)? = nil
     ) async throws(APNsFailure) -> APNsAccepted {
         do {
-            try await limiter.waitForTurn(timeout: configuration.waitTimeout, on: group.any())
+            try await limiter.waitForTurn(timeout: configuration.waitTimeout)
         } catch let failure as APNsFailure {
             throw failure
         } catch {
@@ -104,12 +110,14 @@ public final class APNsClient: Sendable {
 
     /// Closes every connection.
     public func shutdown() async {
+        limiterSweep.cancel()
         for slot in slots { await slot.close() }
     }
 
     /// Takes no new work and closes each connection once its requests are answered (a replaced configuration).
     public func retire() {
         retired.store(true, ordering: .relaxed)
+        limiterSweep.cancel()  // nothing new waits for a retired client's turns
         for slot in slots { slot.retire() }
     }
 

@@ -78,7 +78,7 @@ final class APNsConnection: Sendable {
     func send(
         _ notification: APNsNotification, timeout: Duration, waitTimeout: Duration, stillWanted: (@Sendable () async -> Bool)?
     ) async throws -> APNsAccepted {
-        try await state.waitForTurn(timeout: waitTimeout, on: channel.eventLoop)
+        try await state.waitForTurn(timeout: waitTimeout)
         defer { if state.releaseStream() { close(reason: "drained after GOAWAY or replacement") } }
         if let stillWanted, !(await stillWanted()) { throw APNsFailure.withdrawn }
         let token = try signingKey.map { try providerToken($0, replacing: nil) }
@@ -212,13 +212,19 @@ final class ConnectionState: TurnQueue {
         state.withLock { Self.takeStream(&$0) }
     }
 
-    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>? {
+    func takeTurnOrQueue(_ waiter: Waiter) -> Result<Void, any Error>? {
         state.withLock { state in
             if let now = Self.takeStream(&state) { return now.mapError { $0 } }
             if Task.isCancelled { return .failure(CancellationError()) }
-            state.waiters.append(id, waiter)
+            state.waiters.append(waiter)
             return nil
         }
+    }
+
+    /// Ends the waits for a stream whose deadline has passed with `APNsFailure.timeout`.
+    func expireOverdue() {
+        let overdue = state.withLock { $0.waiters.removeOverdue(now: .now) }
+        for waiter in overdue { waiter.resume(throwing: APNsFailure.timeout) }
     }
 
     private static func takeStream(_ state: inout State) -> Result<Void, APNsFailure>? {
@@ -307,6 +313,9 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// Asks for a PING now (sent with `triggerUserOutboundEvent`).
     struct Probe {}
 
+    /// How often waits for a stream are checked against their deadline.
+    static let sweepInterval = TimeAmount.milliseconds(50)
+
     let state: ConnectionState
     let pingInterval: Duration
     let pingTimeout: Duration
@@ -320,6 +329,10 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        context.eventLoop.scheduleRepeatedTask(initialDelay: Self.sweepInterval, delay: Self.sweepInterval) { [state] task in
+            state.expireOverdue()
+            if state.closedReason != nil { task.cancel() }
+        }
         let interval = TimeAmount.nanoseconds(max(pingInterval.nanoseconds, 1_000_000))
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [state, pingInterval] task in

@@ -3,32 +3,38 @@ import Synchronization
 
 /// Something async callers wait on for their turn (an in-flight permit, an HTTP/2 stream slot).
 ///
-/// Every wait is bounded: a waiter leaves the queue when its deadline passes (`APNsFailure.timeout`) or its task is
-/// cancelled (`CancellationError`), whichever comes first, and a turn handed to nobody is never lost.
+/// Every wait is bounded: a waiter leaves the queue when its deadline has passed (`APNsFailure.timeout`, found by
+/// `expireOverdue`, which the owner calls periodically) or its task is cancelled (`CancellationError`, at once),
+/// whichever comes first, and a turn handed to nobody is never lost. (One periodic sweep rather than a timer per waiter:
+/// under load most notifications wait, and a timer each cost more than the send.)
 protocol TurnQueue: AnyObject, Sendable {
     /// Takes a turn now if one is free: `.success` when taken, `.failure` when no turn will ever come, nil to wait.
     func takeTurnIfFree() -> Result<Void, APNsFailure>?
-    /// Like `takeTurnIfFree`, but queues `waiter` under `id` when it must wait. Runs the check and the queuing under one
-    /// lock, and must refuse (with `CancellationError`) when the current task is already cancelled.
-    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>?
+    /// Like `takeTurnIfFree`, but queues `waiter` when it must wait. Runs the check and the queuing under one lock, and
+    /// must refuse (with `CancellationError`) when the current task is already cancelled.
+    func takeTurnOrQueue(_ waiter: Waiter) -> Result<Void, any Error>?
     /// Removes a queued waiter; nil when it has already been given its turn.
     func withdraw(_ id: UInt64) -> CheckedContinuation<Void, any Error>?
+}
+
+/// One caller waiting for its turn.
+struct Waiter {
+    var id: UInt64
+    var deadline: ContinuousClock.Instant
+    var continuation: CheckedContinuation<Void, any Error>
 }
 
 private let waiterIDs = Atomic<UInt64>(0)
 
 extension TurnQueue {
-    /// Waits for a turn for at most `timeout`, measured on `loop`.
-    func waitForTurn(timeout: Duration, on loop: any EventLoop) async throws {
+    /// Waits for a turn for at most `timeout` (give or take the owner's sweep interval).
+    func waitForTurn(timeout: Duration) async throws {
         if let now = takeTurnIfFree() { return try now.get() }
         let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).oldValue
-        let deadline = loop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) { [self] in
-            withdraw(id)?.resume(throwing: APNsFailure.timeout)
-        }
-        defer { deadline.cancel() }
+        let deadline = ContinuousClock.now + timeout
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
-                if let now = takeTurnOrQueue(id, waiter) { waiter.resume(with: now) }
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                if let now = takeTurnOrQueue(Waiter(id: id, deadline: deadline, continuation: continuation)) { continuation.resume(with: now) }
             }
         } onCancel: {
             withdraw(id)?.resume(throwing: CancellationError())
@@ -36,28 +42,38 @@ extension TurnQueue {
     }
 }
 
-/// The queue of a `TurnQueue`, kept inside its owner's lock.
+/// The queue of a `TurnQueue`, kept inside its owner's lock. Waiters of one queue share a timeout, so the queue is in
+/// deadline order too.
 struct Waiters {
-    private var queue = CircularBuffer<(id: UInt64, waiter: CheckedContinuation<Void, any Error>)>()
+    private var queue = CircularBuffer<Waiter>()
 
     var isEmpty: Bool { queue.isEmpty }
 
-    mutating func append(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) {
-        queue.append((id, waiter))
+    mutating func append(_ waiter: Waiter) {
+        queue.append(waiter)
     }
 
     mutating func popFirst() -> CheckedContinuation<Void, any Error>? {
-        queue.popFirst()?.waiter
+        queue.popFirst()?.continuation
     }
 
     mutating func remove(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
         guard let index = queue.firstIndex(where: { $0.id == id }) else { return nil }
-        return queue.remove(at: index).waiter
+        return queue.remove(at: index).continuation
+    }
+
+    /// Removes the waiters whose deadline has passed.
+    mutating func removeOverdue(now: ContinuousClock.Instant) -> [CheckedContinuation<Void, any Error>] {
+        var overdue: [CheckedContinuation<Void, any Error>] = []
+        while let first = queue.first, first.deadline <= now {
+            overdue.append(queue.removeFirst().continuation)
+        }
+        return overdue
     }
 
     mutating func removeAll() -> [CheckedContinuation<Void, any Error>] {
         defer { queue.removeAll() }
-        return queue.map(\.waiter)
+        return queue.map(\.continuation)
     }
 }
 
@@ -81,20 +97,26 @@ final class Limiter: TurnQueue {
         }
     }
 
-    func takeTurnOrQueue(_ id: UInt64, _ waiter: CheckedContinuation<Void, any Error>) -> Result<Void, any Error>? {
+    func takeTurnOrQueue(_ waiter: Waiter) -> Result<Void, any Error>? {
         state.withLock { state in
             if state.available > 0 {
                 state.available -= 1
                 return .success(())
             }
             if Task.isCancelled { return .failure(CancellationError()) }
-            state.waiters.append(id, waiter)
+            state.waiters.append(waiter)
             return nil
         }
     }
 
     func withdraw(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
         state.withLock { $0.waiters.remove(id) }
+    }
+
+    /// Ends the waits whose deadline has passed with `APNsFailure.timeout`.
+    func expireOverdue() {
+        let overdue = state.withLock { $0.waiters.removeOverdue(now: .now) }
+        for waiter in overdue { waiter.resume(throwing: APNsFailure.timeout) }
     }
 
     /// Gives the turn back: to the first waiter, else to the pool.

@@ -114,6 +114,8 @@ public actor BeaconClient {
     private var syncedSeq: Int64 = 0
     /// Counts logins on this client: a message of an earlier session, taken after a logout, acknowledges nothing.
     private var session = 0
+    /// Between `welcome` and `synced`: the backlog streams in, and acks go out in batches.
+    private var catchingUp = false
     /// While the app works through a backlog, acks go out every this many messages.
     private static let ackBatch: Int64 = 200
     /// Set when the server said this connection must not come back (kicked, replaced).
@@ -300,6 +302,7 @@ public actor BeaconClient {
             takenSeq = max(takenSeq, cursor)
             syncedSeq = max(syncedSeq, cursor)
             ackedSeq = cursor
+            catchingUp = true
             eventSink.yield(.connected)
             resumeWaiters()
         case .message(let seq, let wire):
@@ -319,6 +322,7 @@ public actor BeaconClient {
             // Everything up to `seq` was sent before this frame (this device's own messages are not: nothing to deliver).
             lastSeq = max(lastSeq, seq)
             syncedSeq = max(syncedSeq, seq)
+            catchingUp = false
             await acknowledgeTaken()
             eventSink.yield(.synced(seq: seq))
         case .pong:
@@ -349,7 +353,7 @@ public actor BeaconClient {
     func taken(_ seq: Int64, session: Int) async {
         guard session == self.session else { return }
         takenSeq = max(takenSeq, seq)
-        if takenSeq == lastSeq || takenSeq - ackedSeq >= Self.ackBatch { await acknowledgeTaken() }
+        if (!catchingUp && takenSeq == lastSeq) || takenSeq - ackedSeq >= Self.ackBatch { await acknowledgeTaken() }
     }
 
     /// Acknowledges what the app finished with; once it has everything, up to the last `synced` too.

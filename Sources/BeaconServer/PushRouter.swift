@@ -86,7 +86,10 @@ final class PushRouter: Service, Sendable {
     }
 
     /// Routes what was left pending (a crash between storing and routing, or a failed routing), then keeps watching.
+    /// First, as the process starts with no device online, decides again the `online` skips nobody acknowledged: their
+    /// devices' connections ended with the previous process (kill -9 or power loss) without going offline here.
     func run() async throws {
+        await redecideAfterRestart()
         while Task.serviceShouldContinue {
             do {
                 try await sweep()
@@ -94,6 +97,19 @@ final class PushRouter: Service, Sendable {
                 logger.error("routing pending messages failed", metadata: ["error": "\(error)"])
             }
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+        }
+    }
+
+    private func redecideAfterRestart() async {
+        do {
+            var apps: [Int64: AppRecord] = [:]
+            for (appID, username) in try await store.usersWithUnacknowledgedOnlineSkips(limit: 100_000) {
+                if apps[appID] == nil { apps[appID] = try await store.app(id: appID) }
+                guard let app = apps[appID], Task.serviceShouldContinue else { continue }
+                await deviceWentOffline(username, app: app)
+            }
+        } catch {
+            logger.error("deciding the pushes of devices the last run left online failed", metadata: ["error": "\(error)"])
         }
     }
 

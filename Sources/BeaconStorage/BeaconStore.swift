@@ -116,6 +116,8 @@ public protocol BeaconStore: Sendable {
     func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool
     /// The user's messages whose bound devices were skipped as `online` and that no device of the user has acknowledged.
     func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip]
+    /// The users (app id, username) with `unacknowledgedOnlineSkips`: after a restart, none of their devices is online.
+    func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)]
 
     // MARK: Push jobs
 

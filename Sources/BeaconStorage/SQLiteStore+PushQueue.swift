@@ -129,6 +129,23 @@ extension SQLiteStore {
         }
     }
 
+    public func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT DISTINCT j.app_id, j.username FROM push_jobs j
+                    JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+                    WHERE j.status = 'skipped' AND j.last_reason = 'online'
+                        AND i.seq > COALESCE(
+                            (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)
+                    LIMIT ?
+                    """,
+                arguments: [max(limit, 0)]
+            ).map { (app: $0["app_id"], username: $0["username"]) }
+        }
+    }
+
     // MARK: Jobs
 
     public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {

@@ -122,7 +122,7 @@ struct Serve: AsyncParsableCommand {
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ready, readySink) = AsyncStream.makeStream(of: Int.self)
         services.insert(server.makeService { readySink.yield($0) }, at: 0)
-        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(configuration: .process(services: services, logger: logger))
         logger.info("data directory \(dataDir)")
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
@@ -225,8 +225,7 @@ struct APNsSim: AsyncParsableCommand {
             logger: logger)
         let caFile = caOut ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-apns-sim-ca.pem").path
         try simulator.caPEM.write(toFile: caFile, atomically: true, encoding: .utf8)
-        let services = ServiceGroup(
-            configuration: .init(services: [simulator], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let services = ServiceGroup(configuration: .process(services: [simulator], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await services.run() }
             let endpoints = await simulator.endpoints()
@@ -236,5 +235,16 @@ struct APNsSim: AsyncParsableCommand {
             FileHandle.standardOutput.write(try encoder.encode(line) + Data("\n".utf8))
             try await group.waitForAll()
         }
+    }
+}
+
+extension ServiceGroupConfiguration {
+    /// A process's services: SIGTERM and SIGINT shut them down gracefully, within bounds (a connection that never
+    /// closes, say a client reconnecting during shutdown, must not keep the process alive).
+    static func process(services: [any Service], logger: Logger) -> ServiceGroupConfiguration {
+        var configuration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration.maximumGracefulShutdownDuration = .seconds(15)
+        configuration.maximumCancellationDuration = .seconds(10)
+        return configuration
     }
 }

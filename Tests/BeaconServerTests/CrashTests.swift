@@ -32,6 +32,16 @@ import Testing
             _ = try await simulator.control("PUT", "/faults", faults)
             try await Self.provision(server, simulator: simulator, appToken: appToken)
             let senderTokens = try await [server.token(Self.password("s3")), server.token(Self.password("s4"))]
+            // r0 has a device online that reads and acknowledges nothing: its messages are skipped `online`, and the
+            // crash leaves them unacknowledged. After the restart they must be pushed to r0's phone all the same.
+            let watcherToken = try await server.token(Self.password("r0"))
+            let watcher = Task {
+                try await WebSocketClient.connect(url: server.webSocketURL(token: watcherToken, device: "watcher"), logger: Logger(label: "test")) {
+                    inbound, _, _ in
+                    for try await _ in inbound.messages(maxSize: 1 << 20) {}
+                }
+            }
+            defer { watcher.cancel() }
 
             // Load: three REST senders (app token, Idempotency-Key) and two WebSocket senders (send ids), each to the
             // four offline receivers in turn, until the process dies.
@@ -120,6 +130,7 @@ import Testing
             }
             server.process.signal(SIGTERM)
             let status = await server.process.exitStatus(within: .seconds(30))
+            await server.process.stop()  // if it did not exit, its socket closes now and the device's read ends
             _ = try? await device.value
             #expect(frames.withLock { $0.contains(.closing(reason: "shutdown")) }, "\(frames.withLock { $0 })")
             #expect(status == 0)
