@@ -140,6 +140,7 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
             if let last = state.lastStreamID, let stream, stream > last { return nil }
             state.requests += 1
             state.unanswered += 1
+            if let stream { state.highestStreamID = max(state.highestStreamID ?? stream, stream) }
             return state.requests
         }
         guard let connectionRequest else {
@@ -150,12 +151,14 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
             data.requestsReceived += 1
             return data.faults
         }
-        if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent, let stream {
-            auth.state.withLock {
-                $0.draining = true
-                $0.lastStreamID = stream
-            }
-            parent.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: stream, errorCode: .noError, opaqueData: nil)), promise: nil)
+        if let after = faults.drainAfter, connectionRequest == after, let parent = context.channel.parent,
+            let last = auth.state.withLock({ state in
+                state.draining = true
+                state.lastStreamID = state.highestStreamID  // every request taken so far, whatever order they were read in
+                return state.lastStreamID
+            })
+        {
+            parent.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil)), promise: nil)
         }
         if let after = faults.goAwayAfter, connectionRequest > after {
             goAway(context: context, reason: faults.goAwayReason ?? "Shutdown")

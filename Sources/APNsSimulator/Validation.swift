@@ -23,6 +23,8 @@ final class ConnectionAuth: Sendable {
         /// GOAWAY sent (with this last stream id): close once `unanswered` is 0; later streams are refused.
         var draining = false
         var lastStreamID: HTTP2StreamID?
+        /// The highest stream whose request was taken.
+        var highestStreamID: HTTP2StreamID?
     }
     let state = Mutex(State())
 }
