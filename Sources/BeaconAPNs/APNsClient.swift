@@ -108,17 +108,23 @@ public final class APNsClient: Sendable {
         }
     }
 
-    /// Closes every connection.
+    /// Closes every connection; sends waiting for their turn fail, later ones too.
     public func shutdown() async {
-        limiterSweep.cancel()
+        stopTakingWork(reason: "client shut down")
         for slot in slots { await slot.close() }
     }
 
-    /// Takes no new work and closes each connection once its requests are answered (a replaced configuration).
+    /// Takes no new work (sends waiting for their turn fail) and closes each connection once its requests are answered
+    /// (a replaced configuration).
     public func retire() {
-        retired.store(true, ordering: .relaxed)
-        limiterSweep.cancel()  // nothing new waits for a retired client's turns
+        stopTakingWork(reason: "client retired")
         for slot in slots { slot.retire() }
+    }
+
+    private func stopTakingWork(reason: String) {
+        retired.store(true, ordering: .relaxed)
+        limiter.close(reason: reason)
+        limiterSweep.cancel()
     }
 
     /// A usable connection: the least busy of the pool. Load opens the pool's other connections as it grows

@@ -321,6 +321,7 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     let pingTimeout: Duration
     // Touched only on the connection's event loop.
     private var unacknowledgedPing: Scheduled<Void>?
+    private var timers: [RepeatedTask] = []
 
     init(state: ConnectionState, pingInterval: Duration, pingTimeout: Duration) {
         self.state = state
@@ -329,20 +330,25 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        context.eventLoop.scheduleRepeatedTask(initialDelay: Self.sweepInterval, delay: Self.sweepInterval) { [state] task in
+        let sweep = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.sweepInterval, delay: Self.sweepInterval) { [state] _ in
             state.expireOverdue()
-            if state.closedReason != nil { task.cancel() }
         }
         let interval = TimeAmount.nanoseconds(max(pingInterval.nanoseconds, 1_000_000))
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [state, pingInterval] task in
+        let pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [state, pingInterval] _ in
             let (handler, context) = loopBound.value
-            guard context.channel.isActive else {
-                task.cancel()
-                return
-            }
-            if state.idleSince.duration(to: .now) >= pingInterval { handler.ping(context: context) }
+            if context.channel.isActive, state.idleSince.duration(to: .now) >= pingInterval { handler.ping(context: context) }
         }
+        timers = [sweep, pinger]
+    }
+
+    /// The channel closed, whether or not it ever became active (a failed connect never does): the timers stop with it.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        for timer in timers { timer.cancel() }
+        timers = []
+        unacknowledgedPing?.cancel()
+        unacknowledgedPing = nil
+        state.markClosed(reason: state.goAwayReason ?? "connection closed")
     }
 
     private func ping(context: ChannelHandlerContext) {

@@ -82,6 +82,8 @@ final class Limiter: TurnQueue {
     private struct State {
         var available: Int
         var waiters = Waiters()
+        /// Set by `close`: no turn will come any more.
+        var closedReason: String?
     }
     private let state: Mutex<State>
 
@@ -91,6 +93,7 @@ final class Limiter: TurnQueue {
 
     func takeTurnIfFree() -> Result<Void, APNsFailure>? {
         state.withLock { state in
+            if let reason = state.closedReason { return .failure(.connectionLost(reason)) }
             guard state.available > 0 else { return nil }
             state.available -= 1
             return .success(())
@@ -99,6 +102,7 @@ final class Limiter: TurnQueue {
 
     func takeTurnOrQueue(_ waiter: Waiter) -> Result<Void, any Error>? {
         state.withLock { state in
+            if let reason = state.closedReason { return .failure(APNsFailure.connectionLost(reason)) }
             if state.available > 0 {
                 state.available -= 1
                 return .success(())
@@ -117,6 +121,16 @@ final class Limiter: TurnQueue {
     func expireOverdue() {
         let overdue = state.withLock { $0.waiters.removeOverdue(now: .now) }
         for waiter in overdue { waiter.resume(throwing: APNsFailure.timeout) }
+    }
+
+    /// Ends every wait, now and later, with `APNsFailure.connectionLost(reason)` (the client was retired or shut down:
+    /// nothing sweeps its waits any more).
+    func close(reason: String) {
+        let waiters = state.withLock { state in
+            state.closedReason = state.closedReason ?? reason
+            return state.waiters.removeAll()
+        }
+        for waiter in waiters { waiter.resume(throwing: APNsFailure.connectionLost(reason)) }
     }
 
     /// Gives the turn back: to the first waiter, else to the pool.

@@ -65,19 +65,26 @@ final class PushRouter: Service, Sendable {
         await inFlight.waitForRoutes(before: inFlight.current, upTo: .seconds(10))
         do {
             let policy = MultiDevicePolicy(rawValue: try await store.pushPolicy(app: app.id).multiDevice) ?? .allOffline
-            let online = Set(presence.onlineDevices(of: username, app: app.id))
-            if policy == .allOffline, !online.isEmpty { return }
             var rerouted = false
-            for skip in try await store.unacknowledgedOnlineSkips(of: username, app: app.id, limit: Self.rerouteLimit) {
-                let devices = skip.devices.filter { !online.contains($0.deviceID) }
-                guard !devices.isEmpty else { continue }
-                let decided = try await decide(skip.message, for: [username], app: app, onlyDevices: Set(devices))
-                // Unbound since (kicked, logged out with unbinding): the skips stay as they were recorded.
-                guard !decided.jobs.isEmpty else { continue }
-                let route = PushRoute(
-                    messageID: skip.message.id, replacing: .onlineSkips(username: username, devices: devices), jobs: decided.jobs,
-                    raisesBadge: decided.raisesBadge, now: clock())
-                rerouted = try await store.recordRoute(route, app: app.id) || rerouted
+            // Page by page: each recorded route removes the skips it replaces, so the next page holds the rest.
+            while Task.serviceShouldContinue {
+                let online = Set(presence.onlineDevices(of: username, app: app.id))
+                if policy == .allOffline, !online.isEmpty { break }
+                let skips = try await store.unacknowledgedOnlineSkips(of: username, app: app.id, limit: Self.rerouteLimit)
+                var recorded = 0
+                for skip in skips {
+                    let devices = skip.devices.filter { !online.contains($0.deviceID) }
+                    guard !devices.isEmpty else { continue }
+                    let decided = try await decide(skip.message, for: [username], app: app, onlyDevices: Set(devices))
+                    guard !decided.jobs.isEmpty else { continue }  // no push configuration left: the skips stay
+                    let route = PushRoute(
+                        messageID: skip.message.id, replacing: .onlineSkips(username: username, devices: devices), jobs: decided.jobs,
+                        raisesBadge: decided.raisesBadge, now: clock())
+                    if try await store.recordRoute(route, app: app.id) { recorded += 1 }
+                }
+                rerouted = rerouted || recorded > 0
+                // A page that was not full was the last; one where nothing could be recorded would come back unchanged.
+                if skips.count < Self.rerouteLimit || recorded == 0 { break }
             }
             if rerouted { jobsStored() }
         } catch {
@@ -86,17 +93,20 @@ final class PushRouter: Service, Sendable {
     }
 
     /// Routes what was left pending (a crash between storing and routing, or a failed routing), then keeps watching.
-    /// First, as the process starts with no device online, decides again the `online` skips nobody acknowledged: their
-    /// devices' connections ended with the previous process (kill -9 or power loss) without going offline here.
+    /// Beside it, as the process starts with no device online, decides again the `online` skips nobody acknowledged:
+    /// their devices' connections ended with the previous process (kill -9 or power loss) without going offline here.
     func run() async throws {
-        await redecideAfterRestart()
-        while Task.serviceShouldContinue {
-            do {
-                try await sweep()
-            } catch {
-                logger.error("routing pending messages failed", metadata: ["error": "\(error)"])
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.redecideAfterRestart() }
+            while Task.serviceShouldContinue {
+                do {
+                    try await sweep()
+                } catch {
+                    logger.error("routing pending messages failed", metadata: ["error": "\(error)"])
+                }
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
             }
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+            group.cancelAll()
         }
     }
 
@@ -104,8 +114,9 @@ final class PushRouter: Service, Sendable {
         do {
             var apps: [Int64: AppRecord] = [:]
             for (appID, username) in try await store.usersWithUnacknowledgedOnlineSkips(limit: 100_000) {
+                guard Task.serviceShouldContinue else { return }
                 if apps[appID] == nil { apps[appID] = try await store.app(id: appID) }
-                guard let app = apps[appID], Task.serviceShouldContinue else { continue }
+                guard let app = apps[appID] else { continue }
                 await deviceWentOffline(username, app: app)
             }
         } catch {

@@ -114,7 +114,8 @@ public protocol BeaconStore: Sendable {
     /// their jobs' payloads, stores the jobs, and removes what made the decision due (the pending route, or the online
     /// skips being replaced). All or nothing; false, storing nothing, when that was already gone (decided elsewhere).
     func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool
-    /// The user's messages whose bound devices were skipped as `online` and that no device of the user has acknowledged.
+    /// The user's messages whose devices were skipped as `online` and that no device of the user has acknowledged
+    /// (skips of devices no longer bound are left out), oldest first.
     func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip]
     /// The users (app id, username) with `unacknowledgedOnlineSkips`: after a restart, none of their devices is online.
     func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)]

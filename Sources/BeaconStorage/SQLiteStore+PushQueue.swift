@@ -109,6 +109,8 @@ extension SQLiteStore {
                 sql: """
                     SELECT j.message_id, j.device_id, j.notifier FROM push_jobs j
                     JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+                    JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
+                        AND b.notifier = j.notifier
                     WHERE j.app_id = ? AND j.username = ? AND j.status = 'skipped' AND j.last_reason = 'online'
                         AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
                     ORDER BY i.seq, j.device_id, j.notifier LIMIT ?
@@ -136,6 +138,8 @@ extension SQLiteStore {
                 sql: """
                     SELECT DISTINCT j.app_id, j.username FROM push_jobs j
                     JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+                    JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
+                        AND b.notifier = j.notifier
                     WHERE j.status = 'skipped' AND j.last_reason = 'online'
                         AND i.seq > COALESCE(
                             (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)

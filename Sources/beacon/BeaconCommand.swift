@@ -239,12 +239,13 @@ struct APNsSim: AsyncParsableCommand {
 }
 
 extension ServiceGroupConfiguration {
-    /// A process's services: SIGTERM and SIGINT shut them down gracefully, within bounds (a connection that never
-    /// closes, say a client reconnecting during shutdown, must not keep the process alive).
+    /// A process's services: SIGTERM and SIGINT shut them down gracefully, for at most 15 s (a connection that never
+    /// closes, say a client reconnecting during shutdown, must not keep the process alive); then what remains is
+    /// cancelled. (No cancellation limit: the library would trap when it runs out, and every wait that can outlive a
+    /// cancellation, an APNs request or reconnect, has its own bound.)
     static func process(services: [any Service], logger: Logger) -> ServiceGroupConfiguration {
         var configuration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = .seconds(15)
-        configuration.maximumCancellationDuration = .seconds(10)
         return configuration
     }
 }

@@ -88,6 +88,21 @@ import Testing
             defer { otherHolder.cancel() }
             await #expect(throws: APNsFailure.timeout) { _ = try await other.send(alert("late")) }
             #expect(!otherHolder.isReleased)
+
+            // A client retired (its configuration replaced) ends the waits for its turns at once, and refuses new
+            // sends; before, the waits lost their deadline with the retired client's sweep.
+            let queued = Task { () -> APNsFailure? in
+                do throws(APNsFailure) {
+                    _ = try await client.send(alert("queued"))
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+            try await Task.sleep(for: .milliseconds(50))  // `client` waits up to 30 s for a turn
+            client.retire()
+            #expect(await queued.value == .connectionLost("client retired"))
+            await #expect(throws: APNsFailure.connectionLost("client retired")) { _ = try await client.send(alert("after")) }
             await other.shutdown()
         }
     }
