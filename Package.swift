@@ -25,6 +25,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // Domain rules: ids, messages, validation, errors. No I/O.
@@ -33,10 +34,18 @@ let package = Package(
         .target(name: "BeaconPush", dependencies: ["BeaconCore"]),
         // Wire protocol: WebSocket frames and REST bodies shared by the server and the SDK.
         .target(name: "BeaconProtocol", dependencies: ["BeaconCore"]),
-        // Storage behind one protocol; SQLite (GRDB, WAL) is the embedded default.
-        .target(name: "BeaconStorage", dependencies: [
-            "BeaconCore",
+        // The storage contract: one protocol and its records, whatever the database. No engine code.
+        .target(name: "BeaconStorage", dependencies: ["BeaconCore"]),
+        // The embedded default engine: one SQLite file (GRDB, WAL).
+        .target(name: "BeaconSQLite", dependencies: [
+            "BeaconCore", "BeaconStorage",
             .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
+        // The engine for several nodes: PostgreSQL through postgres-nio's connection pool.
+        .target(name: "BeaconPostgres", dependencies: [
+            "BeaconCore", "BeaconStorage",
+            .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         // The APNs provider client: HTTP/2 over TLS, token (.p8) and certificate (.p12) auth. Usable alone.
         .target(name: "BeaconAPNs", dependencies: [
@@ -87,7 +96,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "beacon", dependencies: [
-            "BeaconServer", "BeaconStorage", "APNsSimulator", "BeaconAPNs",
+            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Configuration", package: "swift-configuration"),
@@ -96,7 +105,7 @@ let package = Package(
         ]),
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
-            "BeaconServer", "BeaconStorage", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
+            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
             // Only to measure our APNs client against an AsyncHTTPClient-based sender (`beacon-bench apns`).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -108,7 +117,7 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
-        .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconCore"]),
+        .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore"]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",
             .product(name: "Crypto", package: "swift-crypto"),
@@ -121,7 +130,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .testTarget(name: "BeaconServerTests", dependencies: [
-            "BeaconServer", "BeaconClient", "BeaconStorage", "APNsSimulator", "BeaconAPNs",
+            "BeaconServer", "BeaconClient", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "X509", package: "swift-certificates"),

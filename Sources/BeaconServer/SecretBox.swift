@@ -28,7 +28,7 @@ public struct SecretBox: Sendable {
         }
         let key = SymmetricKey(size: .bits256)
         let text = key.withUnsafeBytes { Data($0).base64EncodedString() }
-        try SQLiteStore.createPrivateDirectory(directory)
+        try PrivateDirectory.create(directory)
         guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw BeaconConfigurationError("could not write \(path)")
         }

@@ -1,6 +1,7 @@
 import BeaconClient
 import BeaconCore
 import BeaconServer
+import BeaconSQLite
 import BeaconStorage
 import Foundation
 import Logging

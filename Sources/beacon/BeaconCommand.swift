@@ -2,6 +2,7 @@ import APNsSimulator
 import ArgumentParser
 import BeaconCore
 import BeaconServer
+import BeaconSQLite
 import BeaconStorage
 import Configuration
 import Foundation

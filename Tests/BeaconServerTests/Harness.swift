@@ -5,6 +5,7 @@ import Crypto
 import NIOSSL
 import BeaconCore
 import BeaconServer
+import BeaconSQLite
 import BeaconStorage
 import Foundation
 import Hummingbird

@@ -1,4 +1,5 @@
 import BeaconAPNs
+import BeaconSQLite
 import BeaconStorage
 import Crypto
 import Foundation

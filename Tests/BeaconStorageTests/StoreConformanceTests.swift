@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconSQLite
 import BeaconStorage
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconStorage
 import Foundation
 import GRDB
 
@@ -34,15 +35,8 @@ public final class SQLiteStore: BeaconStore {
 
     /// Opens `beacon.sqlite` inside `directory`, creating the directory (0700) if needed.
     public convenience init(directory: String, durability: Durability = .full) throws {
-        try Self.createPrivateDirectory(directory)
+        try PrivateDirectory.create(directory)
         try self.init(path: (directory as NSString).appendingPathComponent("beacon.sqlite"), durability: durability)
-    }
-
-    /// Creates `directory` readable by its owner only, or tightens an existing one to that.
-    public static func createPrivateDirectory(_ directory: String) throws {
-        try FileManager.default.createDirectory(
-            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
     }
 
     /// Creates the database file 0600 before SQLite opens it (its WAL and shm files follow its mode), and tightens the
@@ -413,7 +407,3 @@ extension SQLiteStore {
     }
 }
 
-extension UInt64 {
-    /// The id as SQLite stores it; nil for ids no message can have (above `Int64.max`).
-    var storedID: Int64? { self <= UInt64(Int64.max) ? Int64(bitPattern: self) : nil }
-}

@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconStorage
 import Foundation
 import GRDB
 
