@@ -117,7 +117,9 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
-        .testTarget(name: "BeaconStorageTests", dependencies: ["BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore"]),
+        .testTarget(name: "BeaconStorageTests", dependencies: [
+            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",
             .product(name: "Crypto", package: "swift-crypto"),

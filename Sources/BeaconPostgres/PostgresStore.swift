@@ -1,1 +1,350 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Logging
 import PostgresNIO
+
+/// The store for several nodes: one PostgreSQL database shared by every `beacon serve`, through postgres-nio's pool.
+///
+/// What SQLite's single writer gave for free is made explicit here:
+/// - A user's inbox sequence is taken with `UPDATE users … RETURNING inbox_seq`, which holds the user's row lock until
+///   commit: the next message to the same user waits, so sequences are dense and commit in order (a reader of
+///   `seq > n` never skips a row that commits late).
+/// - Rows locked in one transaction (users' sequences and badges) are locked in username order, so concurrent group sends
+///   to overlapping groups cannot deadlock; a deadlock or serialization failure reported anyway is retried.
+///
+/// The pool must run while the store is used: `run()` (a `Service`), or `withStore(url:logger:_:)`.
+public final class PostgresStore: BeaconStore {
+    let client: PostgresClient
+    let logger: Logger
+    /// The schema Beacon's tables live in, when not the database's default (`?schema=` in the URL).
+    let schema: String?
+
+    /// A store on `client` (which the caller runs), its tables in `schema` (which the client's connections must have as
+    /// their `search_path`) or the default one. Call `migrate()` before use.
+    public init(client: PostgresClient, schema: String? = nil, logger: Logger) {
+        self.client = client
+        self.schema = schema
+        self.logger = logger
+    }
+
+    /// A store for `url`: `postgres://user:password@host:port/database`, with optional `sslmode=disable|prefer|require`,
+    /// `pool_size=N` (connections, default 16) and `schema=name` (created if needed; default: the database's own).
+    public convenience init(url: String, logger: Logger) throws {
+        let (configuration, schema) = try Self.configuration(url: url)
+        self.init(client: PostgresClient(configuration: configuration, backgroundLogger: logger), schema: schema, logger: logger)
+    }
+
+    /// Runs the connection pool until the task is cancelled.
+    public func run() async {
+        await client.run()
+    }
+
+    /// Opens a store on `url`, brings its schema up to date, runs `body` with it, and closes the pool afterwards.
+    public static func withStore<T: Sendable>(
+        url: String, logger: Logger, _ body: @Sendable (PostgresStore) async throws -> T
+    ) async throws -> T {
+        let store = try PostgresStore(url: url, logger: logger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await store.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            try await store.migrate()
+            return try await body(store)
+        }
+    }
+
+    /// The pool's configuration for a `postgres://` or `postgresql://` URL, and the schema it names.
+    static func configuration(url: String) throws -> (PostgresClient.Configuration, schema: String?) {
+        guard let components = URLComponents(string: url), ["postgres", "postgresql"].contains(components.scheme ?? ""),
+            let host = components.host, !host.isEmpty
+        else {
+            throw BeaconError(.illegalArgument, "database URL must look like postgres://user:password@host:5432/database")
+        }
+        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
+        let tls: PostgresClient.Configuration.TLS
+        switch query["sslmode"] ?? "disable" {
+        case "disable": tls = .disable
+        case "prefer": tls = .prefer(.makeClientConfiguration())
+        case "require": tls = .require(.makeClientConfiguration())
+        case let mode: throw BeaconError(.illegalArgument, "sslmode \(mode) is not supported (disable, prefer, require)")
+        }
+        let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        var configuration = PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: components.user ?? "postgres", password: components.password,
+            database: database.isEmpty ? nil : database, tls: tls)
+        configuration.options.maximumConnections = max(1, Int(query["pool_size"] ?? "") ?? 16)
+        let schema = query["schema"]
+        if let schema {
+            guard !schema.isEmpty, schema.utf8.count <= 63, schema.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
+                throw BeaconError(.illegalArgument, "schema must be 1-63 characters of a-z, 0-9 and _")
+            }
+            configuration.options.additionalStartupParameters = [("search_path", schema)]
+        }
+        return (configuration, schema)
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a transaction, again (up to 5 times) when PostgreSQL aborts it for a deadlock or a serialization
+    /// failure: both mean "try again", and nothing of the failed attempt was kept. An error `body` throws is rethrown as
+    /// it was (after the rollback).
+    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+            } catch let error as PostgresTransactionError {
+                if attempt < 5, Self.isRetryable(error.closureError ?? error.commitError) {
+                    logger.debug("transaction retried", metadata: ["error": "\(String(reflecting: error))"])
+                    continue
+                }
+                if let closureError = error.closureError, error.rollbackError == nil { throw closureError }
+                throw error
+            }
+        }
+    }
+
+    private static func isRetryable(_ error: (any Error)?) -> Bool {
+        guard let failure = error as? PSQLError, let state = failure.serverInfo?[.sqlState] else { return false }
+        return state == "40P01" || state == "40001"
+    }
+
+    /// Rows of a query on the pool (a read, or a single statement that commits on its own).
+    func rows(_ query: PostgresQuery) async throws -> [PostgresRandomAccessRow] {
+        try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
+    }
+
+    /// Runs a statement on the pool; the number of rows it returned (use `RETURNING 1` to count the rows changed).
+    @discardableResult
+    func execute(_ query: PostgresQuery) async throws -> Int {
+        try await client.query(query, logger: logger).collect().count
+    }
+
+    /// Maps a unique violation to `duplicate`.
+    static func mapConstraint<T>(_ description: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
+            throw BeaconError(.duplicate, description)
+        }
+    }
+
+    // MARK: Settings
+
+    public func setting(_ name: String, orInsert makeValue: @Sendable () -> String) async throws -> String {
+        try await execute("INSERT INTO settings (name, value) VALUES (\(name), \(makeValue())) ON CONFLICT (name) DO NOTHING")
+        guard let row = try await rows("SELECT value FROM settings WHERE name = \(name)").first else {
+            throw BeaconError(.internalError, "setting \(name) vanished while it was written")
+        }
+        return try row["value"].decode(String.self)
+    }
+
+    // MARK: Apps
+
+    public func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord {
+        try await Self.mapConstraint("app \(key) already exists") {
+            let inserted = try await rows(
+                """
+                INSERT INTO apps (org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at)
+                VALUES (\(key.org), \(key.name), \(clientID), \(clientSecretHash), \(limits.perChat), \(limits.perGroup),
+                    \(limits.maxAgeSeconds), \(now))
+                RETURNING id
+                """)
+            guard let id = try inserted.first?["id"].decode(Int64.self) else { throw BeaconError(.internalError, "app insert returned no id") }
+            return AppRecord(id: id, key: key, clientID: clientID, clientSecretHash: clientSecretHash, limits: limits, createdAt: now)
+        }
+    }
+
+    public func app(_ key: AppKey) async throws -> AppRecord? {
+        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps WHERE org = \(key.org) AND name = \(key.name)").first.map(Self.app(from:))
+    }
+
+    public func app(id: Int64) async throws -> AppRecord? {
+        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps WHERE id = \(id)").first.map(Self.app(from:))
+    }
+
+    public func allApps() async throws -> [AppRecord] {
+        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps ORDER BY id").map(Self.app(from:))
+    }
+
+    private static let appColumns = "id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at"
+
+    private static func app(from row: PostgresRandomAccessRow) throws -> AppRecord {
+        AppRecord(
+            id: try row["id"].decode(Int64.self), key: AppKey(org: try row["org"].decode(String.self), name: try row["name"].decode(String.self)),
+            clientID: try row["client_id"].decode(String.self), clientSecretHash: try row["client_secret_hash"].decode(String.self),
+            limits: OfflineLimits(
+                perChat: try row["per_chat"].decode(Int.self), perGroup: try row["per_group"].decode(Int.self),
+                maxAgeSeconds: try row["max_age_seconds"].decode(Int64.self)),
+            createdAt: try row["created_at"].decode(Int64.self))
+    }
+
+    // MARK: Users
+
+    public func createUsers(_ users: [NewUser], app: Int64, now: Int64) async throws -> [UserRecord] {
+        let records = users.map { user in
+            UserRecord(
+                appID: app, username: user.username, uuid: UUID().uuidString.lowercased(), passwordHash: user.passwordHash,
+                nickname: user.nickname, timezone: nil, createdAt: now, modifiedAt: now, tokensValidAfter: 0)
+        }
+        try await transaction { connection in
+            for record in records {
+                try await Self.mapConstraint("username \(record.username) already exists") {
+                    try await connection.query(
+                        """
+                        INSERT INTO users (app_id, username, uuid, password_hash, nickname, created_at, modified_at)
+                        VALUES (\(app), \(record.username), \(record.uuid), \(record.passwordHash), \(record.nickname), \(now), \(now))
+                        """, logger: logger)
+                }
+            }
+        }
+        return records
+    }
+
+    public func user(_ username: String, app: Int64) async throws -> UserRecord? {
+        try await rows(
+            """
+            SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
+            FROM users WHERE app_id = \(app) AND username = \(username)
+            """
+        ).first.map { row in
+            UserRecord(
+                appID: try row["app_id"].decode(Int64.self), username: try row["username"].decode(String.self),
+                uuid: try row["uuid"].decode(String.self), passwordHash: try row["password_hash"].decode(String.self),
+                nickname: try row["nickname"].decode(String?.self), timezone: try row["timezone"].decode(String?.self),
+                createdAt: try row["created_at"].decode(Int64.self), modifiedAt: try row["modified_at"].decode(Int64.self),
+                tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self), displayStyle: try row["display_style"].decode(Int.self))
+        }
+    }
+
+    public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
+        guard !usernames.isEmpty else { return [] }
+        return Set(try await rows("SELECT username FROM users WHERE app_id = \(app) AND username = ANY(\(usernames))").map {
+            try $0["username"].decode(String.self)
+        })
+    }
+
+    public func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord? {
+        try await execute(
+            """
+            UPDATE users SET nickname = COALESCE(\(changes.nickname), nickname), timezone = COALESCE(\(changes.timezone), timezone),
+                display_style = COALESCE(\(changes.displayStyle), display_style), modified_at = \(now)
+            WHERE app_id = \(app) AND username = \(username)
+            """)
+        return try await user(username, app: app)
+    }
+
+    public func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws {
+        try await execute(
+            "UPDATE users SET tokens_valid_after = GREATEST(tokens_valid_after, \(instant)) WHERE app_id = \(app) AND username = \(username)")
+    }
+
+    public func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool {
+        let devicePrefix = SendReceipt.deviceScope(user: username, device: "")
+        return try await transaction { connection in
+            // The user's row first: a concurrent send to them waits here, then finds no user.
+            let deleted = try await connection.query(
+                "DELETE FROM users WHERE app_id = \(app) AND username = \(username) RETURNING 1", logger: logger
+            ).collect().count
+            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings"] {
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE app_id = $1 AND username = $2", binds: Self.binds(app, username)),
+                    logger: logger)
+            }
+            try await connection.query(
+                """
+                UPDATE push_jobs SET status = 'skipped', last_reason = 'user_deleted', updated_at = \(now), claimed_until = 0
+                WHERE app_id = \(app) AND username = \(username) AND status = 'pending'
+                """, logger: logger)
+            try await connection.query(
+                """
+                DELETE FROM send_receipts WHERE app_id = \(app)
+                    AND (scope = \(SendReceipt.senderScope(username)) OR starts_with(scope, \(devicePrefix)))
+                """, logger: logger)
+            return deleted > 0
+        }
+    }
+
+    static func binds(_ app: Int64, _ username: String) -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(app)
+        binds.append(username)
+        return binds
+    }
+
+    // MARK: Groups
+
+    public func createGroup(_ group: GroupRecord, members: [String]) async throws {
+        try await transaction { connection in
+            try await Self.mapConstraint("group \(group.id) already exists") {
+                try await connection.query(
+                    """
+                    INSERT INTO chat_groups (app_id, id, name, description, owner, max_users, created_at)
+                    VALUES (\(group.appID), \(group.id), \(group.name), \(group.description), \(group.owner), \(group.maxUsers), \(group.createdAt))
+                    """, logger: logger)
+            }
+            let everyone = Array(Set(members + [group.owner])).sorted()
+            try await connection.query(
+                """
+                INSERT INTO group_members (app_id, group_id, username, joined_at)
+                SELECT \(group.appID), \(group.id), member, \(group.createdAt) FROM unnest(\(everyone)::text[]) AS member
+                ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    public func group(_ id: String, app: Int64) async throws -> GroupRecord? {
+        try await rows(
+            "SELECT app_id, id, name, description, owner, max_users, created_at FROM chat_groups WHERE app_id = \(app) AND id = \(id)"
+        ).first.map { row in
+            GroupRecord(
+                appID: try row["app_id"].decode(Int64.self), id: try row["id"].decode(String.self), name: try row["name"].decode(String.self),
+                description: try row["description"].decode(String.self), owner: try row["owner"].decode(String.self),
+                maxUsers: try row["max_users"].decode(Int.self), createdAt: try row["created_at"].decode(Int64.self))
+        }
+    }
+
+    public func groupMembers(_ id: String, app: Int64) async throws -> [String] {
+        try await rows("SELECT username FROM group_members WHERE app_id = \(app) AND group_id = \(id) ORDER BY username COLLATE \"C\"").map {
+            try $0["username"].decode(String.self)
+        }
+    }
+
+    public func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool {
+        try await execute(
+            """
+            INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (\(app), \(group), \(username), \(now))
+            ON CONFLICT DO NOTHING RETURNING 1
+            """) > 0
+    }
+
+    public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
+        try await execute("DELETE FROM group_members WHERE app_id = \(app) AND group_id = \(group) AND username = \(username) RETURNING 1") > 0
+    }
+
+    // MARK: Helpers
+
+    static func encode(_ value: JSONValue) throws -> String {
+        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+    }
+
+    /// The columns `message(from:)` reads, prefixed by `alias.`.
+    static func messageColumns(_ alias: String) -> String {
+        ["id", "sender", "recipient", "chat_type", "type", "body", "ext", "timestamp"].map { "\(alias).\($0)" }.joined(separator: ", ")
+    }
+
+    static func message(from row: PostgresRandomAccessRow) throws -> Message {
+        let decoder = JSONDecoder()
+        let body = try decoder.decode(JSONValue.self, from: Data(try row["body"].decode(String.self).utf8))
+        let ext = try decoder.decode([String: JSONValue].self, from: Data(try row["ext"].decode(String.self).utf8))
+        return Message(
+            id: UInt64(bitPattern: try row["id"].decode(Int64.self)), from: try row["sender"].decode(String.self),
+            to: try row["recipient"].decode(String.self), chatType: ChatType(rawValue: try row["chat_type"].decode(String.self)) ?? .chat,
+            type: MessageType(rawValue: try row["type"].decode(String.self)) ?? .custom, body: body, ext: ext,
+            timestamp: try row["timestamp"].decode(Int64.self))
+    }
+}

@@ -143,9 +143,6 @@ extension SQLiteStore {
 
     // MARK: Retention
 
-    /// How long a send receipt answers retries (ms).
-    public static let receiptLifetime: Int64 = 24 * 3600 * 1000
-
     /// Rows removed per write transaction: each batch holds SQLite's single writer for a few milliseconds.
     static let retentionBatch = 500
 
@@ -200,7 +197,7 @@ extension SQLiteStore {
             }, app: app.id, cutoff: cutoff)
         try await deleteInBatches(
             select: "SELECT rowid FROM send_receipts WHERE app_id = ? AND created_at < ? LIMIT ?",
-            delete: { "DELETE FROM send_receipts WHERE rowid IN (\($0))" }, app: app.id, cutoff: now - Self.receiptLifetime)
+            delete: { "DELETE FROM send_receipts WHERE rowid IN (\($0))" }, app: app.id, cutoff: now - SendReceipt.lifetime)
         try await deleteInBatches(
             select: "SELECT rowid FROM device_cursors WHERE app_id = ? AND updated_at < ? LIMIT ?",
             delete: { "DELETE FROM device_cursors WHERE rowid IN (\($0))" }, app: app.id, cutoff: cutoff)

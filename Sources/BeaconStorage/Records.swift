@@ -344,6 +344,9 @@ public struct SendReceipt: Sendable, Hashable {
     public var reference: String
     public var now: Int64
 
+    /// How long a receipt answers retries (ms); retention removes older ones.
+    public static let lifetime: Int64 = 24 * 3600 * 1000
+
     public init(scope: String, reference: String, now: Int64) {
         self.scope = scope
         self.reference = reference

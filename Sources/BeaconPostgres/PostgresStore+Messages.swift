@@ -1,0 +1,257 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import PostgresNIO
+
+/// Messages, inboxes, cursors and retention.
+extension PostgresStore {
+    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
+        let encoded = try messages.map { new -> (NewMessage, Int64, String, String) in
+            guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
+            return (new, id, try Self.encode(new.message.body), try Self.encode(.object(new.message.ext)))
+        }
+        let results = Dictionary(messages.map { ($0.message.to, $0.message.id) }, uniquingKeysWith: { first, _ in first })
+        let resultsText = String(decoding: try JSONEncoder().encode(results.mapValues(String.init)), as: UTF8.self)
+        // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
+        // receivers lock their rows in the same order and cannot deadlock.
+        let receivers = Array(Set(messages.flatMap { $0.deliveries.map(\.username) })).sorted()
+        return try await transaction { connection in
+            if let receipt {
+                // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at)
+                    VALUES (\(app), \(receipt.scope), \(receipt.reference), \(resultsText), \(receipt.now))
+                    ON CONFLICT DO NOTHING RETURNING 1
+                    """, logger: logger
+                ).collect().count
+                if inserted == 0 {
+                    let earlier = try await connection.query(
+                        """
+                        SELECT message_ids FROM send_receipts
+                        WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
+                        """, logger: logger
+                    ).collect().first.map { try $0.decode(String.self) } ?? "{}"
+                    return .repeated(Self.decodeIDs(earlier))
+                }
+            }
+            var counts: [String: Int] = [:]
+            for new in messages { for delivery in new.deliveries { counts[delivery.username, default: 0] += 1 } }
+            // One statement reserves every receiver's sequence numbers, row locks taken in username order.
+            var firstSeq: [String: Int64] = [:]
+            if !receivers.isEmpty {
+                let amounts = receivers.map { Int64(counts[$0] ?? 0) }
+                let rows = try await connection.query(
+                    """
+                    WITH wanted AS (SELECT * FROM unnest(\(receivers)::text[], \(amounts)::bigint[]) AS w(username, amount)),
+                    locked AS (
+                        SELECT u.username FROM users u JOIN wanted w ON w.username = u.username
+                        WHERE u.app_id = \(app) ORDER BY u.username FOR UPDATE OF u)
+                    UPDATE users u SET inbox_seq = u.inbox_seq + w.amount FROM wanted w, locked l
+                    WHERE u.app_id = \(app) AND u.username = w.username AND l.username = w.username
+                    RETURNING u.username, u.inbox_seq - w.amount AS before
+                    """, logger: logger
+                ).collect()
+                for row in rows {
+                    let (username, before) = try row.decode((String, Int64).self)
+                    firstSeq[username] = before
+                }
+            }
+            var entries: [InboxEntry] = []
+            var messageRows: (ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
+                exts: [String], timestamps: [Int64]) = ([], [], [], [], [], [], [], [])
+            // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
+            var inboxRows: (usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
+                origins: [String], created: [Int64]) = ([], [], [], [], [], [], [])
+            var routes: (ids: [Int64], created: [Int64]) = ([], [])
+            for (new, id, body, ext) in encoded {
+                let message = new.message
+                messageRows.ids.append(id)
+                messageRows.senders.append(message.from)
+                messageRows.recipients.append(message.to)
+                messageRows.chatTypes.append(message.chatType.rawValue)
+                messageRows.types.append(message.type.rawValue)
+                messageRows.bodies.append(body)
+                messageRows.exts.append(ext)
+                messageRows.timestamps.append(message.timestamp)
+                for delivery in new.deliveries {
+                    guard let before = firstSeq[delivery.username] else { continue }  // no such user
+                    let seq = before + 1
+                    firstSeq[delivery.username] = seq
+                    inboxRows.usernames.append(delivery.username)
+                    inboxRows.seqs.append(seq)
+                    inboxRows.ids.append(id)
+                    inboxRows.conversations.append(message.conversation(for: delivery.username).description)
+                    inboxRows.chatTypes.append(message.chatType.rawValue)
+                    inboxRows.origins.append(delivery.originDevice ?? "")
+                    inboxRows.created.append(message.timestamp)
+                    entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
+                }
+                if new.routesPushes {
+                    routes.ids.append(id)
+                    routes.created.append(message.timestamp)
+                }
+            }
+            try await connection.query(
+                """
+                INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
+                SELECT \(app), * FROM unnest(\(messageRows.ids)::bigint[], \(messageRows.senders)::text[], \(messageRows.recipients)::text[],
+                    \(messageRows.chatTypes)::text[], \(messageRows.types)::text[], \(messageRows.bodies)::text[], \(messageRows.exts)::text[],
+                    \(messageRows.timestamps)::bigint[])
+                """, logger: logger)
+            if !inboxRows.seqs.isEmpty {
+                try await connection.query(
+                    """
+                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at)
+                    SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
+                        \(inboxRows.ids)::bigint[], \(inboxRows.conversations)::text[], \(inboxRows.chatTypes)::text[],
+                        \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[]) AS r(u, s, i, c, t, o, a)
+                    """, logger: logger)
+            }
+            if !routes.ids.isEmpty {
+                try await connection.query(
+                    """
+                    INSERT INTO pending_routes (app_id, message_id, created_at)
+                    SELECT \(app), * FROM unnest(\(routes.ids)::bigint[], \(routes.created)::bigint[])
+                    """, logger: logger)
+            }
+            return .stored(entries)
+        }
+    }
+
+    private static func decodeIDs(_ text: String) -> [String: UInt64] {
+        let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
+        return decoded.compactMapValues { UInt64($0) }
+    }
+
+    public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {
+        try await rows(
+            """
+            SELECT i.seq, i.origin_device, \(unescaped: Self.messageColumns("m")) FROM inbox i
+            JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id
+            WHERE i.app_id = \(app) AND i.username = \(username) AND i.seq > \(seq) ORDER BY i.seq LIMIT \(max(limit, 0))
+            """
+        ).map { row in
+            InboxEntry(
+                username: username, seq: try row["seq"].decode(Int64.self), message: try Self.message(from: row),
+                originDevice: try row["origin_device"].decode(String?.self))
+        }
+    }
+
+    public func cursor(of username: String, device: String, app: Int64) async throws -> Int64 {
+        try await rows(
+            "SELECT acked_seq FROM device_cursors WHERE app_id = \(app) AND username = \(username) AND device_id = \(device)"
+        ).first.map { try $0["acked_seq"].decode(Int64.self) } ?? 0
+    }
+
+    public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
+        guard !cursors.isEmpty else { return }
+        // One statement; cursors only move forward and never past the inbox (users that are gone are skipped).
+        let apps = cursors.map(\.app)
+        let usernames = cursors.map(\.username)
+        let devices = cursors.map(\.device)
+        let seqs = cursors.map { max($0.seq, 0) }
+        try await execute(
+            """
+            INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at)
+            SELECT c.app_id, c.username, c.device_id, LEAST(c.seq, u.inbox_seq), \(now)
+            FROM unnest(\(apps)::bigint[], \(usernames)::text[], \(devices)::text[], \(seqs)::bigint[]) AS c(app_id, username, device_id, seq)
+            JOIN users u ON u.app_id = c.app_id AND u.username = c.username
+            ORDER BY c.app_id, c.username, c.device_id
+            ON CONFLICT (app_id, username, device_id)
+            DO UPDATE SET acked_seq = GREATEST(device_cursors.acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
+            """)
+    }
+
+    public func offlineCount(of username: String, app: Int64) async throws -> Int {
+        try await rows(
+            """
+            SELECT COUNT(*) AS count FROM inbox WHERE app_id = \(app) AND username = \(username) AND origin_device IS NULL AND seq > COALESCE(
+                (SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = \(app) AND username = \(username)), 0)
+            """
+        ).first.map { try $0["count"].decode(Int.self) } ?? 0
+    }
+
+    public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
+        guard let id = messageID.storedID else { return nil }
+        guard let row = try await rows(
+            """
+            SELECT i.seq, COALESCE((SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = i.app_id AND c.username = i.username), 0) AS acked
+            FROM inbox i WHERE i.app_id = \(app) AND i.message_id = \(id) AND i.username = \(username)
+            """
+        ).first else { return nil }
+        return try row["acked"].decode(Int64.self) >= row["seq"].decode(Int64.self) ? .delivered : .undelivered
+    }
+
+    public func setBadge(of username: String, app: Int64, to value: Int) async throws {
+        try await execute("UPDATE users SET badge = \(max(0, value)) WHERE app_id = \(app) AND username = \(username)")
+    }
+
+    // MARK: Retention
+
+    /// Rows removed per statement: each batch is a short transaction of its own.
+    static let retentionBatch = 500
+
+    public func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int {
+        let cutoff = now - app.limits.maxAgeSeconds * 1000
+        var removed = 0
+        // Too old, then beyond the per-conversation limits: batch by batch, each its own short statement.
+        while true {
+            let batch = try await execute(
+                """
+                DELETE FROM inbox WHERE ctid IN (
+                    SELECT ctid FROM inbox WHERE app_id = \(app.id) AND created_at < \(cutoff) LIMIT \(Self.retentionBatch))
+                RETURNING 1
+                """)
+            removed += batch
+            if batch < Self.retentionBatch { break }
+        }
+        while true {
+            let batch = try await execute(
+                """
+                DELETE FROM inbox WHERE ctid IN (
+                    SELECT ctid FROM (
+                        SELECT ctid, chat_type, ROW_NUMBER() OVER (PARTITION BY username, conversation ORDER BY seq DESC) AS newest
+                        FROM inbox WHERE app_id = \(app.id)) ranked
+                    WHERE (chat_type = 'chat' AND newest > \(app.limits.perChat)) OR (chat_type = 'groupchat' AND newest > \(app.limits.perGroup))
+                    LIMIT \(Self.retentionBatch))
+                RETURNING 1
+                """)
+            removed += batch
+            if batch < Self.retentionBatch { break }
+        }
+        while try await execute(
+            """
+            DELETE FROM messages WHERE (app_id, id) IN (
+                SELECT m.app_id, m.id FROM messages m WHERE m.app_id = \(app.id)
+                    AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.app_id = m.app_id AND i.message_id = m.id)
+                    AND NOT EXISTS (SELECT 1 FROM pending_routes r WHERE r.app_id = m.app_id AND r.message_id = m.id)
+                LIMIT \(Self.retentionBatch))
+            RETURNING 1
+            """) == Self.retentionBatch {}
+        // Finished push records are kept as long as messages are, and so are cursors of devices unseen that long;
+        // send receipts answer retries for 24 h.
+        while try await execute(
+            """
+            WITH finished AS (
+                SELECT id FROM push_jobs WHERE app_id = \(app.id) AND status != 'pending' AND updated_at < \(cutoff)
+                LIMIT \(Self.retentionBatch)),
+            attempts AS (DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM finished))
+            DELETE FROM push_jobs WHERE id IN (SELECT id FROM finished) RETURNING 1
+            """) == Self.retentionBatch {}
+        while try await execute(
+            """
+            DELETE FROM send_receipts WHERE ctid IN (
+                SELECT ctid FROM send_receipts WHERE app_id = \(app.id) AND created_at < \(now - SendReceipt.lifetime)
+                LIMIT \(Self.retentionBatch))
+            RETURNING 1
+            """) == Self.retentionBatch {}
+        while try await execute(
+            """
+            DELETE FROM device_cursors WHERE ctid IN (
+                SELECT ctid FROM device_cursors WHERE app_id = \(app.id) AND updated_at < \(cutoff) LIMIT \(Self.retentionBatch))
+            RETURNING 1
+            """) == Self.retentionBatch {}
+        return removed
+    }
+}

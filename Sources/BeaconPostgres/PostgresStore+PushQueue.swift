@@ -1,0 +1,302 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import PostgresNIO
+
+/// Push routing (pending routes, decisions, online skips) and the push job queue.
+extension PostgresStore {
+    /// A decision that was already recorded by someone else: the transaction is rolled back.
+    private struct AlreadyDecided: Error {}
+
+    // MARK: Routing
+
+    public func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute] {
+        let found = try await rows(
+            """
+            SELECT r.app_id AS route_app, r.message_id AS route_message, m.id AS present, \(unescaped: Self.messageColumns("m")),
+                ARRAY(SELECT i.username FROM inbox i WHERE i.app_id = r.app_id AND i.message_id = r.message_id AND i.username != m.sender
+                    ORDER BY i.username) AS recipients
+            FROM pending_routes r LEFT JOIN messages m ON m.app_id = r.app_id AND m.id = r.message_id
+            WHERE r.created_at < \(before) ORDER BY r.created_at LIMIT \(max(limit, 0))
+            """)
+        var routes: [PendingRoute] = []
+        for row in found {
+            let app = try row["route_app"].decode(Int64.self)
+            guard try row["present"].decode(Int64?.self) != nil else {
+                // Its message is gone (retention): nothing is left to push.
+                try await execute("DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(try row["route_message"].decode(Int64.self))")
+                continue
+            }
+            routes.append(PendingRoute(app: app, message: try Self.message(from: row), recipients: try row["recipients"].decode([String].self)))
+        }
+        return routes
+    }
+
+    public func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool {
+        guard let messageID = route.messageID.storedID else { return false }
+        do {
+            try await transaction { connection in
+                switch route.replacing {
+                case .pendingRoute:
+                    let removed = try await connection.query(
+                        "DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(messageID) RETURNING 1", logger: logger
+                    ).collect().count
+                    guard removed == 1 else { throw AlreadyDecided() }
+                case .onlineSkips(let username, let devices):
+                    for device in devices {
+                        let removed = try await connection.query(
+                            """
+                            DELETE FROM push_jobs WHERE app_id = \(app) AND message_id = \(messageID) AND username = \(username)
+                                AND device_id = \(device.deviceID) AND notifier = \(device.notifier)
+                                AND status = 'skipped' AND last_reason = 'online'
+                            RETURNING 1
+                            """, logger: logger
+                        ).collect().count
+                        guard removed > 0 else { throw AlreadyDecided() }
+                    }
+                }
+                try await insertJobs(route, messageID: messageID, app: app, connection: connection)
+            }
+            return true
+        } catch is AlreadyDecided {
+            return false
+        }
+    }
+
+    /// Raises badges (users locked in username order), splices them into payloads and inserts the jobs of `route`.
+    private func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
+        var badges: [String: Int] = [:]
+        let raised = route.raisesBadge.sorted()
+        if !raised.isEmpty {
+            for row in try await connection.query(
+                """
+                WITH locked AS (
+                    SELECT username FROM users WHERE app_id = \(app) AND username = ANY(\(raised)) ORDER BY username FOR UPDATE)
+                UPDATE users u SET badge = u.badge + 1 FROM locked l WHERE u.app_id = \(app) AND u.username = l.username
+                RETURNING u.username, u.badge
+                """, logger: logger
+            ).collect() {
+                let (username, badge) = try row.decode((String, Int).self)
+                badges[username] = badge
+            }
+        }
+        let unraised = Set(route.jobs.filter { $0.badgeOffset != nil && $0.skipReason == nil && badges[$0.username] == nil }.map(\.username))
+        if !unraised.isEmpty {
+            for row in try await connection.query(
+                "SELECT username, badge FROM users WHERE app_id = \(app) AND username = ANY(\(Array(unraised)))", logger: logger
+            ).collect() {
+                let (username, badge) = try row.decode((String, Int).self)
+                badges[username] = badge
+            }
+        }
+        guard !route.jobs.isEmpty else { return }
+        // postgres-nio binds arrays without NULL elements: "" stands for none (no collapse id or reason is empty).
+        var columns: (usernames: [String], devices: [String], notifiers: [String], tokens: [String], topics: [String], types: [String],
+            priorities: [Int64], expirations: [Int64], collapseIDs: [String], apnsIDs: [String], payloads: [String], statuses: [String],
+            reasons: [String]) = ([], [], [], [], [], [], [], [], [], [], [], [], [])
+        for job in route.jobs {
+            var payload = job.payload
+            if let offset = job.badgeOffset, job.skipReason == nil {
+                payload = JSONWriter.insertBadge(badges[job.username] ?? 0, into: payload, atUTF8Offset: offset)
+            }
+            columns.usernames.append(job.username)
+            columns.devices.append(job.deviceID)
+            columns.notifiers.append(job.notifier)
+            columns.tokens.append(job.deviceToken)
+            columns.topics.append(job.topic)
+            columns.types.append(job.pushType)
+            columns.priorities.append(Int64(job.priority))
+            columns.expirations.append(job.expiration)
+            columns.collapseIDs.append(job.collapseID ?? "")
+            columns.apnsIDs.append(job.apnsID)
+            columns.payloads.append(payload)
+            columns.statuses.append(job.skipReason == nil ? "pending" : "skipped")
+            columns.reasons.append(job.skipReason ?? "")
+        }
+        try await connection.query(
+            """
+            INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
+                expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
+            SELECT \(app), \(messageID), j.u, j.d, j.n, j.t, j.topic, j.type, j.p, j.e, NULLIF(j.c, ''), j.a, j.payload, j.s,
+                NULLIF(j.r, ''), \(route.now), \(route.now), \(route.now)
+            FROM unnest(\(columns.usernames)::text[], \(columns.devices)::text[], \(columns.notifiers)::text[], \(columns.tokens)::text[],
+                \(columns.topics)::text[], \(columns.types)::text[], \(columns.priorities)::bigint[], \(columns.expirations)::bigint[],
+                \(columns.collapseIDs)::text[], \(columns.apnsIDs)::text[], \(columns.payloads)::text[], \(columns.statuses)::text[],
+                \(columns.reasons)::text[]) AS j(u, d, n, t, topic, type, p, e, c, a, payload, s, r)
+            """, logger: logger)
+    }
+
+    public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {
+        let found = try await rows(
+            """
+            SELECT j.message_id, j.device_id, j.notifier FROM push_jobs j
+            JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+            JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
+                AND b.notifier = j.notifier
+            WHERE j.app_id = \(app) AND j.username = \(username) AND j.status = 'skipped' AND j.last_reason = 'online'
+                AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = \(app) AND username = \(username)), 0)
+            ORDER BY i.seq, j.device_id COLLATE "C", j.notifier COLLATE "C" LIMIT \(max(limit, 0))
+            """)
+        var order: [Int64] = []
+        var devices: [Int64: [SkippedDevice]] = [:]
+        for row in found {
+            let id = try row["message_id"].decode(Int64.self)
+            if devices[id] == nil { order.append(id) }
+            devices[id, default: []].append(
+                SkippedDevice(deviceID: try row["device_id"].decode(String.self), notifier: try row["notifier"].decode(String.self)))
+        }
+        guard !order.isEmpty else { return [] }
+        var messages: [Int64: Message] = [:]
+        for row in try await rows(
+            "SELECT \(unescaped: Self.messageColumns("m")) FROM messages m WHERE m.app_id = \(app) AND m.id = ANY(\(order))")
+        {
+            let message = try Self.message(from: row)
+            messages[Int64(bitPattern: message.id)] = message
+        }
+        return order.compactMap { id in messages[id].map { OnlineSkip(message: $0, devices: devices[id] ?? []) } }
+    }
+
+    public func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)] {
+        try await rows(
+            """
+            SELECT DISTINCT j.app_id, j.username FROM push_jobs j
+            JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
+            JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
+                AND b.notifier = j.notifier
+            WHERE j.status = 'skipped' AND j.last_reason = 'online'
+                AND i.seq > COALESCE(
+                    (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)
+            LIMIT \(max(limit, 0))
+            """
+        ).map { (app: try $0["app_id"].decode(Int64.self), username: try $0["username"].decode(String.self)) }
+    }
+
+    // MARK: Jobs
+
+    public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {
+        try await execute(
+            """
+            SELECT 1 FROM push_bindings WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID)
+                AND notifier = \(job.notifier)
+                AND (CASE WHEN \(job.pushType) = 'voip' THEN voip_token ELSE device_token END) = \(job.deviceToken)
+            """) > 0
+    }
+
+    public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
+        let token = Int64.random(in: 1...Int64.max)
+        return try await transaction { connection in
+            // A job goes to the token its device is bound to now, or nowhere: never to whoever holds the token since.
+            // Rows another node is claiming are skipped, not waited for.
+            try await connection.query(
+                """
+                UPDATE push_jobs SET status = 'skipped', last_reason = 'binding_changed', updated_at = \(now), claimed_until = 0
+                WHERE id IN (
+                    SELECT j.id FROM push_jobs j
+                    WHERE j.status = 'pending' AND j.next_attempt_at <= \(now) AND j.claimed_until <= \(now) AND NOT EXISTS (
+                        SELECT 1 FROM push_bindings b WHERE b.app_id = j.app_id AND b.username = j.username
+                            AND b.device_id = j.device_id AND b.notifier = j.notifier
+                            AND (CASE WHEN j.push_type = 'voip' THEN b.voip_token ELSE b.device_token END) = j.device_token)
+                    FOR UPDATE SKIP LOCKED)
+                """, logger: logger)
+            let claimed = try await connection.query(
+                """
+                UPDATE push_jobs SET claimed_until = \(now + lease), attempts = attempts + 1, claim_token = \(token) WHERE id IN (
+                    SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= \(now) AND claimed_until <= \(now)
+                    ORDER BY next_attempt_at, id LIMIT \(max(limit, 0)) FOR UPDATE SKIP LOCKED)
+                RETURNING \(unescaped: Self.jobColumns)
+                """, logger: logger
+            ).collect()
+            return try claimed.map { try Self.pushJob(from: $0.makeRandomAccess()) }.sorted { $0.id < $1.id }
+        }
+    }
+
+    @discardableResult
+    public func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int {
+        guard !outcomes.isEmpty else { return 0 }
+        let ids = outcomes.map(\.jobID)
+        let tokens = outcomes.map(\.claimToken)
+        let statuses = outcomes.map(\.status.rawValue)
+        // postgres-nio binds arrays without NULL elements: -1 and "" stand for none.
+        let httpStatuses = outcomes.map { $0.httpStatus.map(Int64.init) ?? -1 }
+        let reasons = outcomes.map { $0.reason ?? "" }
+        let nextAttempts = outcomes.map { $0.nextAttemptAt ?? -1 }
+        // Only a job still pending under the outcome's claim token is completed (a job claimed again after its lease ran
+        // out is fenced off), in job order.
+        return try await execute(
+            """
+            WITH outcome AS (
+                SELECT id, token, status, NULLIF(http_status, -1) AS http_status, NULLIF(reason, '') AS reason,
+                    NULLIF(next_attempt_at, -1) AS next_attempt_at
+                FROM unnest(\(ids)::bigint[], \(tokens)::bigint[], \(statuses)::text[], \(httpStatuses)::bigint[], \(reasons)::text[],
+                    \(nextAttempts)::bigint[]) AS o(id, token, status, http_status, reason, next_attempt_at)),
+            updated AS (
+                UPDATE push_jobs j SET status = o.status, last_status = o.http_status, last_reason = o.reason, updated_at = \(now),
+                    next_attempt_at = COALESCE(o.next_attempt_at, j.next_attempt_at), claimed_until = 0
+                FROM outcome o WHERE j.id = o.id AND j.claim_token = o.token AND j.status = 'pending'
+                RETURNING j.id, o.http_status, o.reason, o.status)
+            INSERT INTO push_attempts (job_id, at, http_status, reason, outcome)
+            SELECT id, \(now), http_status, reason, status FROM updated ORDER BY id
+            RETURNING 1
+            """)
+    }
+
+    public func releasePushClaims() async throws {
+        try await execute("UPDATE push_jobs SET claimed_until = 0 WHERE status = 'pending' AND claimed_until > 0")
+    }
+
+    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
+        let storedID = messageID?.storedID
+        if messageID != nil, storedID == nil { return [] }  // no message has such an id
+        let found = try await rows(
+            """
+            SELECT \(unescaped: Self.jobColumns),
+                ARRAY(SELECT a.at FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_at,
+                ARRAY(SELECT COALESCE(a.http_status, -1) FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_status,
+                ARRAY(SELECT COALESCE(a.reason, '') FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_reason,
+                ARRAY(SELECT a.outcome FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_outcome
+            FROM push_jobs WHERE app_id = \(app) AND (\(username)::text IS NULL OR username = \(username))
+                AND (\(storedID)::bigint IS NULL OR message_id = \(storedID))
+            ORDER BY id DESC LIMIT \(max(limit, 0))
+            """)
+        return try found.map { row in
+            var job = try Self.pushJob(from: row)
+            let at = try row["attempt_at"].decode([Int64].self)
+            let statuses = try row["attempt_status"].decode([Int64].self)
+            let reasons = try row["attempt_reason"].decode([String].self)
+            let outcomes = try row["attempt_outcome"].decode([String].self)
+            job.history = at.indices.map { index in
+                PushAttempt(
+                    at: at[index], httpStatus: statuses[index] < 0 ? nil : Int(statuses[index]), reason: reasons[index].isEmpty ? nil : reasons[index],
+                    outcome: PushJobStatus(rawValue: outcomes[index]) ?? .pending)
+            }
+            return job
+        }
+    }
+
+    public func nextPushJobDue() async throws -> Int64? {
+        try await rows("SELECT MIN(GREATEST(next_attempt_at, claimed_until)) AS due FROM push_jobs WHERE status = 'pending'")
+            .first.flatMap { try $0["due"].decode(Int64?.self) }
+    }
+
+    static let jobColumns = """
+        id, app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority, expiration, collapse_id,
+        apns_id, payload, status, attempts, last_status, last_reason, created_at, updated_at, next_attempt_at, claim_token
+        """
+
+    static func pushJob(from row: PostgresRandomAccessRow) throws -> PushJob {
+        PushJob(
+            id: try row["id"].decode(Int64.self), appID: try row["app_id"].decode(Int64.self),
+            messageID: UInt64(bitPattern: try row["message_id"].decode(Int64.self)),
+            job: NewPushJob(
+                username: try row["username"].decode(String.self), deviceID: try row["device_id"].decode(String.self),
+                notifier: try row["notifier"].decode(String.self), deviceToken: try row["device_token"].decode(String.self),
+                topic: try row["topic"].decode(String.self), pushType: try row["push_type"].decode(String.self),
+                priority: try row["priority"].decode(Int.self), expiration: try row["expiration"].decode(Int64.self),
+                collapseID: try row["collapse_id"].decode(String?.self), apnsID: try row["apns_id"].decode(String.self),
+                payload: try row["payload"].decode(String.self)),
+            status: PushJobStatus(rawValue: try row["status"].decode(String.self)) ?? .pending, attempts: try row["attempts"].decode(Int.self),
+            lastStatus: try row["last_status"].decode(Int?.self), lastReason: try row["last_reason"].decode(String?.self),
+            createdAt: try row["created_at"].decode(Int64.self), updatedAt: try row["updated_at"].decode(Int64.self),
+            nextAttemptAt: try row["next_attempt_at"].decode(Int64.self), claimToken: try row["claim_token"].decode(Int64.self))
+    }
+}

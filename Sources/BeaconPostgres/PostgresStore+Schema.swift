@@ -1,0 +1,168 @@
+import BeaconCore
+import Logging
+import PostgresNIO
+
+/// Versioned migrations, run under an advisory lock so that nodes starting together apply each one once.
+extension PostgresStore {
+    /// A schema change: applied once, in its own transaction, in order.
+    struct Migration {
+        var version: String
+        var sql: [String]
+    }
+
+    /// The advisory lock key migrations run under (any constant shared by every node: "beacon" in ASCII).
+    static let migrationLock: Int64 = 0x6265_6163_6f6e
+
+    /// Brings the schema up to date: the migrations not yet recorded in `schema_migrations`, each in a transaction,
+    /// while holding an advisory lock (a second node starting at the same moment waits, then finds nothing to do).
+    /// Returns the versions it applied.
+    @discardableResult
+    public func migrate() async throws -> [String] {
+        try await client.withConnection { connection in
+            if let schema {  // validated when the URL was read: lowercase letters, digits and _
+                try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+            }
+            try await connection.query("SELECT pg_advisory_lock(\(Self.migrationLock))", logger: logger)
+            do {
+                let applied = try await Self.applyMissing(on: connection, logger: logger)
+                try await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLock))", logger: logger)
+                return applied
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLock))", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private static func applyMissing(on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        try await connection.query(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            logger: logger)
+        var done = Set<String>()
+        for try await version in try await connection.query("SELECT version FROM schema_migrations", logger: logger).decode(String.self) {
+            done.insert(version)
+        }
+        var applied: [String] = []
+        for migration in migrations where !done.contains(migration.version) {
+            try await connection.withTransaction(logger: logger) { connection in
+                for statement in migration.sql {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("INSERT INTO schema_migrations (version) VALUES (\(migration.version))", logger: logger)
+            }
+            applied.append(migration.version)
+        }
+        return applied
+    }
+
+    /// The schema, as SQLite's (`SQLiteStore.migrator`) ends up, in PostgreSQL's types. Times are milliseconds since 1970.
+    static let migrations: [Migration] = [
+        Migration(
+            version: "v1",
+            sql: [
+                "CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+                """
+                CREATE TABLE apps (
+                    id BIGSERIAL PRIMARY KEY, org TEXT NOT NULL, name TEXT NOT NULL, client_id TEXT NOT NULL UNIQUE,
+                    client_secret_hash TEXT NOT NULL, per_chat BIGINT NOT NULL, per_group BIGINT NOT NULL,
+                    max_age_seconds BIGINT NOT NULL, created_at BIGINT NOT NULL,
+                    multi_device TEXT NOT NULL DEFAULT 'all_offline', default_timezone TEXT NOT NULL DEFAULT 'UTC',
+                    display_strings TEXT NOT NULL DEFAULT '{}', UNIQUE (org, name))
+                """,
+                """
+                CREATE TABLE users (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, uuid TEXT NOT NULL, password_hash TEXT NOT NULL,
+                    nickname TEXT, timezone TEXT, created_at BIGINT NOT NULL, modified_at BIGINT NOT NULL,
+                    tokens_valid_after BIGINT NOT NULL DEFAULT 0, inbox_seq BIGINT NOT NULL DEFAULT 0, badge BIGINT NOT NULL DEFAULT 0,
+                    display_style BIGINT NOT NULL DEFAULT 0, push_language TEXT, push_template TEXT,
+                    PRIMARY KEY (app_id, username))
+                """,
+                """
+                CREATE TABLE chat_groups (
+                    app_id BIGINT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, description TEXT NOT NULL, owner TEXT NOT NULL,
+                    max_users BIGINT NOT NULL, created_at BIGINT NOT NULL, PRIMARY KEY (app_id, id))
+                """,
+                """
+                CREATE TABLE group_members (
+                    app_id BIGINT NOT NULL, group_id TEXT NOT NULL, username TEXT NOT NULL, joined_at BIGINT NOT NULL,
+                    PRIMARY KEY (app_id, group_id, username))
+                """,
+                "CREATE INDEX group_members_by_user ON group_members (app_id, username)",
+                """
+                CREATE TABLE messages (
+                    app_id BIGINT NOT NULL, id BIGINT NOT NULL, sender TEXT NOT NULL, recipient TEXT NOT NULL, chat_type TEXT NOT NULL,
+                    type TEXT NOT NULL, body TEXT NOT NULL, ext TEXT NOT NULL, timestamp BIGINT NOT NULL, PRIMARY KEY (app_id, id))
+                """,
+                """
+                CREATE TABLE inbox (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, seq BIGINT NOT NULL, message_id BIGINT NOT NULL,
+                    conversation TEXT NOT NULL, chat_type TEXT NOT NULL, origin_device TEXT, created_at BIGINT NOT NULL,
+                    PRIMARY KEY (app_id, username, seq))
+                """,
+                "CREATE INDEX inbox_by_message ON inbox (app_id, message_id)",
+                "CREATE INDEX inbox_by_age ON inbox (app_id, created_at)",
+                """
+                CREATE TABLE device_cursors (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, device_id TEXT NOT NULL, acked_seq BIGINT NOT NULL,
+                    updated_at BIGINT NOT NULL, PRIMARY KEY (app_id, username, device_id))
+                """,
+                "CREATE INDEX device_cursors_by_age ON device_cursors (app_id, updated_at)",
+                """
+                CREATE TABLE push_configs (
+                    app_id BIGINT NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, environment TEXT NOT NULL, bundle_id TEXT NOT NULL,
+                    voip BOOLEAN NOT NULL, key_id TEXT, team_id TEXT, sealed_secret BYTEA NOT NULL, expires_at BIGINT,
+                    created_at BIGINT NOT NULL, PRIMARY KEY (app_id, name))
+                """,
+                """
+                CREATE TABLE push_bindings (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, device_id TEXT NOT NULL, notifier TEXT NOT NULL,
+                    device_token TEXT NOT NULL, voip_token TEXT, bound_at BIGINT NOT NULL,
+                    PRIMARY KEY (app_id, username, device_id, notifier))
+                """,
+                "CREATE INDEX push_bindings_by_token ON push_bindings (app_id, device_token)",
+                "CREATE INDEX push_bindings_by_voip_token ON push_bindings (app_id, voip_token)",
+                """
+                CREATE TABLE push_jobs (
+                    id BIGSERIAL PRIMARY KEY, app_id BIGINT NOT NULL, message_id BIGINT NOT NULL, username TEXT NOT NULL,
+                    device_id TEXT NOT NULL, notifier TEXT NOT NULL, device_token TEXT NOT NULL, topic TEXT NOT NULL,
+                    push_type TEXT NOT NULL, priority BIGINT NOT NULL, expiration BIGINT NOT NULL, collapse_id TEXT, apns_id TEXT NOT NULL,
+                    payload TEXT NOT NULL, status TEXT NOT NULL, attempts BIGINT NOT NULL DEFAULT 0, last_status BIGINT, last_reason TEXT,
+                    created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, next_attempt_at BIGINT NOT NULL,
+                    claimed_until BIGINT NOT NULL DEFAULT 0, claim_token BIGINT NOT NULL DEFAULT 0)
+                """,
+                // The claim reads pending jobs only: a partial index stays small however many finished records there are.
+                "CREATE INDEX push_jobs_due ON push_jobs (next_attempt_at, id) WHERE status = 'pending'",
+                "CREATE INDEX push_jobs_by_user ON push_jobs (app_id, username, message_id)",
+                "CREATE INDEX push_jobs_by_message ON push_jobs (app_id, message_id)",
+                "CREATE INDEX push_jobs_by_status ON push_jobs (app_id, username, status)",
+                "CREATE INDEX push_jobs_finished ON push_jobs (app_id, updated_at) WHERE status != 'pending'",
+                """
+                CREATE TABLE push_attempts (
+                    id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, at BIGINT NOT NULL, http_status BIGINT, reason TEXT,
+                    outcome TEXT NOT NULL)
+                """,
+                "CREATE INDEX push_attempts_by_job ON push_attempts (job_id)",
+                """
+                CREATE TABLE push_settings (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, scope TEXT NOT NULL, remind_type TEXT, quiet_hours TEXT,
+                    silent_until BIGINT, PRIMARY KEY (app_id, username, scope))
+                """,
+                """
+                CREATE TABLE push_templates (
+                    app_id BIGINT NOT NULL, name TEXT NOT NULL, title_pattern TEXT NOT NULL, content_pattern TEXT NOT NULL,
+                    created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, PRIMARY KEY (app_id, name))
+                """,
+                """
+                CREATE TABLE pending_routes (
+                    app_id BIGINT NOT NULL, message_id BIGINT NOT NULL, created_at BIGINT NOT NULL, PRIMARY KEY (app_id, message_id))
+                """,
+                "CREATE INDEX pending_routes_by_age ON pending_routes (created_at)",
+                """
+                CREATE TABLE send_receipts (
+                    app_id BIGINT NOT NULL, scope TEXT NOT NULL, reference TEXT NOT NULL, message_ids TEXT NOT NULL,
+                    created_at BIGINT NOT NULL, PRIMARY KEY (app_id, scope, reference))
+                """,
+                "CREATE INDEX send_receipts_by_age ON send_receipts (app_id, created_at)",
+            ]),
+    ]
+}
