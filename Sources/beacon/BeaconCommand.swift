@@ -1,6 +1,7 @@
 import APNsSimulator
 import ArgumentParser
 import BeaconCore
+import BeaconPostgres
 import BeaconServer
 import BeaconSQLite
 import BeaconStorage
@@ -17,7 +18,7 @@ struct BeaconCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
-        subcommands: [Serve.self, AppCommand.self, APNsSim.self])
+        subcommands: [Serve.self, AppCommand.self, Migrate.self, APNsSim.self])
 }
 
 /// Options every subcommand that touches the data directory shares.
@@ -25,13 +26,17 @@ struct DataOptions: ParsableArguments {
     @Option(help: "Directory of the embedded SQLite database (env BEACON_DATA_DIR; default ./data).")
     var dataDir: String?
 
-    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, logLevel.")
+    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL, shared by several nodes (env BEACON_DATABASE_URL, config key database).")
+    var database: String?
+
+    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, logLevel.")
     var config: String?
 
     /// Flags first, then `BEACON_*` environment variables, then the configuration file.
     func reader(flags: [String: ConfigValue]) async throws -> ConfigReader {
         var values = flags
         if let dataDir { values["dataDir"] = ConfigValue(.string(dataDir), isSecret: false) }
+        if let database { values["database"] = ConfigValue(.string(database), isSecret: true) }
         var providers: [any ConfigProvider] = [
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey(ConfigKey($0.key)), $0.value) })),
             EnvironmentVariablesProvider().prefixKeys(with: "beacon"),
@@ -87,16 +92,20 @@ struct Serve: AsyncParsableCommand {
         if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
         let config = try await data.reader(flags: flags)
         let logger = makeLogger(level: config.string(forKey: "logLevel"))
-        let dataDir = config.string(forKey: "dataDir", default: "./data")
-        let durabilityName = config.string(forKey: "durability", default: SQLiteStore.Durability.full.rawValue)
-        guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
-            throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
+        try await withConfiguredStore(config, logger: logger) { store, database in
+            try await serve(store, database: database, config: config, logger: logger)
         }
-        let store = try SQLiteStore(directory: dataDir, durability: durability)
+    }
+
+    private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
+        let dataDir = config.string(forKey: "dataDir", default: "./data")
         var configuration = BeaconConfiguration(
             host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080))
         if let key = config.string(forKey: "secretKey", isSecret: true) {
             configuration.secretBox = try SecretBox(base64: key)
+        } else if case .postgres = database {
+            throw ValidationError(
+                "with PostgreSQL every node must share one secret key: set BEACON_SECRET_KEY (32 bytes, base64; e.g. openssl rand -base64 32)")
         } else {
             configuration.secretBox = try SecretBox.fromDataDirectory(dataDir, logger: logger)
         }
@@ -189,8 +198,9 @@ struct AppCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError(error.message)
             }
-            let store = try SQLiteStore(directory: config.string(forKey: "dataDir", default: "./data"))
-            let credentials = try await AppProvisioning.create(key, in: store)
+            let credentials = try await withConfiguredStore(config, logger: makeLogger(level: config.string(forKey: "logLevel") ?? "warning")) {
+                store, _ in try await AppProvisioning.create(key, in: store)
+            }
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
@@ -248,5 +258,68 @@ extension ServiceGroupConfiguration {
         var configuration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = .seconds(15)
         return configuration
+    }
+}
+
+/// Which database a command runs on.
+enum ConfiguredDatabase: Sendable {
+    case sqlite(path: String?)
+    case postgres(url: String)
+
+    /// `database` from the configuration: absent or `sqlite:PATH` (PATH empty: in the data directory), or a PostgreSQL URL.
+    init(_ value: String?) throws {
+        guard let value, !value.isEmpty else {
+            self = .sqlite(path: nil)
+            return
+        }
+        if value.hasPrefix("sqlite:") {
+            let path = String(value.dropFirst("sqlite:".count))
+            self = .sqlite(path: path.isEmpty ? nil : path)
+        } else if value.hasPrefix("postgres://") || value.hasPrefix("postgresql://") {
+            self = .postgres(url: value)
+        } else {
+            throw ValidationError("--database must be sqlite:PATH or postgres://user:password@host:5432/database")
+        }
+    }
+}
+
+/// Opens the configured store (schema brought up to date), runs `body` with it, and closes it.
+func withConfiguredStore<T: Sendable>(
+    _ config: ConfigReader, logger: Logger, _ body: @Sendable (any BeaconStore, ConfiguredDatabase) async throws -> T
+) async throws -> T {
+    let database = try ConfiguredDatabase(config.string(forKey: "database", isSecret: true))
+    switch database {
+    case .sqlite(let path):
+        let durabilityName = config.string(forKey: "durability", default: SQLiteStore.Durability.full.rawValue)
+        guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
+            throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
+        }
+        let store: SQLiteStore
+        if let path {
+            store = try SQLiteStore(path: path, durability: durability)
+        } else {
+            store = try SQLiteStore(directory: config.string(forKey: "dataDir", default: "./data"), durability: durability)
+        }
+        return try await body(store, database)
+    case .postgres(let url):
+        return try await PostgresStore.withStore(url: url, logger: logger) { try await body($0, database) }
+    }
+}
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Bring the database's schema up to date and exit (serve does it too, at start; nodes starting together take turns).")
+
+    @OptionGroup var data: DataOptions
+
+    func run() async throws {
+        let config = try await data.reader(flags: [:])
+        let logger = makeLogger(level: config.string(forKey: "logLevel"))
+        try await withConfiguredStore(config, logger: logger) { _, database in
+            switch database {
+            case .sqlite: print("SQLite schema up to date")
+            case .postgres: print("PostgreSQL schema up to date")
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@ import BeaconClient
 import Crypto
 import NIOSSL
 import BeaconCore
+import BeaconPostgres
 import BeaconServer
 import BeaconSQLite
 import BeaconStorage
@@ -57,7 +58,28 @@ struct TestBeacon: Sendable {
         hooks: BeaconHooks = BeaconHooks(), _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
-        let store = try SQLiteStore(directory: directory.path)
+        return try await withTestStore(directory: directory) { store in
+            try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: apnsRouting, hooks: hooks, body)
+        }
+    }
+
+    /// The store of a test server: SQLite in `directory`, or, when `BEACON_TEST_SERVER_ENGINE=postgres` (`scripts/test`
+    /// runs the server suite that way too), a PostgreSQL schema named after `directory` (reused with it).
+    static func withTestStore<T: Sendable>(directory: URL, _ body: @Sendable (any BeaconStore) async throws -> T) async throws -> T {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["BEACON_TEST_SERVER_ENGINE"] == "postgres", let base = environment["BEACON_TEST_POSTGRES_URL"] else {
+            return try await body(try SQLiteStore(directory: directory.path))
+        }
+        let schema = "t_" + String(directory.lastPathComponent.lowercased().filter { $0.isLetter || $0.isNumber }.suffix(40))
+        var logger = Logger(label: "beacon.test.postgres")
+        logger.logLevel = .error
+        return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger, body)
+    }
+
+    private static func run<T: Sendable>(
+        store: any BeaconStore, directory: URL, clock: TestClock?, push: APNsSimulator?, apnsRouting: APNsRouting?, hooks: BeaconHooks,
+        _ body: @Sendable (TestBeacon) async throws -> T
+    ) async throws -> T {
         var logger = Logger(label: "beacon.test")
         logger.logLevel = .warning
         let credentials = try await store.app(AppKey(org: "acme", name: "chat")) == nil
