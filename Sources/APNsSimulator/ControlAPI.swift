@@ -63,7 +63,12 @@ struct ControlAPI: Sendable {
             return ok()
         }
         router.put("/faults") { request, context in
-            simulator.setFaults(try await decode(SimulatorFaults.self, request, context))
+            let faults = try await decode(SimulatorFaults.self, request, context)
+            do {
+                simulator.setFaults(try faults.validated())
+            } catch {
+                throw HTTPError(.badRequest, message: "\(error)")
+            }
             return ok()
         }
         router.get("/deliveries") { request, _ in

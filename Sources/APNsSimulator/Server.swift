@@ -221,7 +221,9 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
             if drained, let parent { parent.eventLoop.execute { parent.close(promise: nil) } }
         }
         if let delay = faults.delayMilliseconds, delay > 0 {
-            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) { answerThenDrain() }
+            // Clamped here too: `setFaults` in-process does not go through the control API's validation.
+            let milliseconds = Int64(min(delay, SimulatorFaults.maxDelayMilliseconds))
+            context.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) { answerThenDrain() }
         } else {
             answerThenDrain()
         }

@@ -88,6 +88,22 @@ public struct SimulatorFaults: Sendable, Codable, Hashable {
     }
 
     public init() {}
+
+    /// The longest `delay_ms` (one hour): longer would overflow the event loop's nanosecond timer.
+    public static let maxDelayMilliseconds = 3_600_000
+
+    /// Faults the simulator can play; a control request with anything else is refused (400).
+    public func validated() throws -> SimulatorFaults {
+        if let delay = delayMilliseconds, !(0...Self.maxDelayMilliseconds).contains(delay) {
+            throw SimulatorFaultsError(description: "delay_ms must be between 0 and \(Self.maxDelayMilliseconds)")
+        }
+        return self
+    }
+}
+
+/// Faults that cannot be played.
+public struct SimulatorFaultsError: Error, CustomStringConvertible {
+    public var description: String
 }
 
 /// A device token tied to an app, an environment and a kind (PushKit VoIP or not).

@@ -152,7 +152,12 @@ final class APNsConnection: Sendable {
             if let current, current.value != failed, now.timeIntervalSince(current.issuedAt) < settings.tokenLifetime.seconds {
                 return nil
             }
-            return (try key.token(issuedAt: Int64(now.timeIntervalSince1970)), now)
+            // The configured clock is code, not input; a reading that is no instant (NaN, ±∞, beyond Int64) still
+            // fails this send rather than trapping.
+            guard let issuedAt = Int64(exactly: now.timeIntervalSince1970.rounded(.down)) else {
+                throw APNsFailure.connectionLost("clock reading \(now.timeIntervalSince1970) cannot date a provider token")
+            }
+            return (try key.token(issuedAt: issuedAt), now)
         }
     }
 

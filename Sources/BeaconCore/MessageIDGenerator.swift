@@ -23,8 +23,10 @@ public struct MessageIDGenerator: Sendable {
             sequence = 0
         }
         lastMilliseconds = now
-        // A clock before the epoch (a machine that booted at 1970) gives the epoch's ids rather than a trap.
-        return UInt64(max(0, now - Self.epochMilliseconds)) << 22 | node << 12 | sequence
+        // A clock before the epoch (a machine that booted at 1970) gives the epoch's ids rather than a trap; the
+        // subtraction happens only when it cannot overflow.
+        let elapsed = now > Self.epochMilliseconds ? UInt64(now - Self.epochMilliseconds) : 0
+        return elapsed << 22 | node << 12 | sequence
     }
 
     /// The millisecond timestamp encoded in an id.

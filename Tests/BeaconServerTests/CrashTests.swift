@@ -112,7 +112,12 @@ import Testing
     }
 
     @Test func sigtermTellsDevicesAndExitsCleanly() async throws {
-        try await Self.withBeaconProcesses { _, _, server, appToken in
+        try await Self.withBeaconProcesses { _, simulator, server, appToken in
+            // The simulator's control API refuses a delay its timers cannot hold (before: the next answer trapped it).
+            let refused = try await TestBeacon.rest(simulator.controlURL, "PUT", "/faults", body: ["delay_ms": 10_000_000_000_000], token: nil)
+            #expect(refused.0 == 400)
+            #expect(try await simulator.control("GET", "/deliveries")["count"] == 0)
+
             let created = try await server.rest("POST", "/users", ["username": "bob", "password": "pw"], token: appToken)
             #expect(created.status == 200)
             let token = try await server.token(Self.password("bob"))
