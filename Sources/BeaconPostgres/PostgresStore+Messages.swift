@@ -6,12 +6,8 @@ import PostgresNIO
 /// Messages, inboxes, cursors and retention.
 extension PostgresStore {
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
-        let encoded = try messages.map { new -> (NewMessage, Int64, String, String) in
-            guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
-            return (new, id, try Self.encode(new.message.body), try Self.encode(.object(new.message.ext)))
-        }
-        let results = Dictionary(messages.map { ($0.message.to, $0.message.id) }, uniquingKeysWith: { first, _ in first })
-        let resultsText = String(decoding: try JSONEncoder().encode(results.mapValues(String.init)), as: UTF8.self)
+        let encoded = try StoredForm.encode(messages)
+        let resultsText = try StoredForm.receiptIDs(of: messages)
         // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
         // receivers lock their rows in the same order and cannot deadlock.
         let receivers = Array(Set(messages.flatMap { $0.deliveries.map(\.username) })).sorted()
@@ -32,7 +28,7 @@ extension PostgresStore {
                         WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
                         """, logger: logger
                     ).collect().first.map { try $0.decode(String.self) } ?? "{}"
-                    return .repeated(Self.decodeIDs(earlier))
+                    return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
             }
             var counts: [String: Int] = [:]
@@ -117,11 +113,6 @@ extension PostgresStore {
             }
             return .stored(entries)
         }
-    }
-
-    private static func decodeIDs(_ text: String) -> [String: UInt64] {
-        let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
-        return decoded.compactMapValues { UInt64($0) }
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

@@ -101,10 +101,6 @@ extension PostgresStore {
         }
     }
 
-    public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
-        try await bindings(of: [username], app: app)[username] ?? []
-    }
-
     public func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]] {
         guard !usernames.isEmpty else { return [:] }
         var found: [String: [PushBinding]] = [:]
@@ -139,11 +135,6 @@ extension PostgresStore {
             ON CONFLICT (app_id, username, scope) DO UPDATE SET remind_type = excluded.remind_type,
                 quiet_hours = excluded.quiet_hours, silent_until = excluded.silent_until
             """)
-    }
-
-    public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
-        let found = try await pushSettings(of: [username], scopes: scopes, app: app).settings
-        return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     public func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws

@@ -328,23 +328,15 @@ public final class PostgresStore: BeaconStore {
 
     // MARK: Helpers
 
-    static func encode(_ value: JSONValue) throws -> String {
-        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-    }
-
     /// The columns `message(from:)` reads, prefixed by `alias.`.
     static func messageColumns(_ alias: String) -> String {
         ["id", "sender", "recipient", "chat_type", "type", "body", "ext", "timestamp"].map { "\(alias).\($0)" }.joined(separator: ", ")
     }
 
     static func message(from row: PostgresRandomAccessRow) throws -> Message {
-        let decoder = JSONDecoder()
-        let body = try decoder.decode(JSONValue.self, from: Data(try row["body"].decode(String.self).utf8))
-        let ext = try decoder.decode([String: JSONValue].self, from: Data(try row["ext"].decode(String.self).utf8))
-        return Message(
-            id: UInt64(bitPattern: try row["id"].decode(Int64.self)), from: try row["sender"].decode(String.self),
-            to: try row["recipient"].decode(String.self), chatType: ChatType(rawValue: try row["chat_type"].decode(String.self)) ?? .chat,
-            type: MessageType(rawValue: try row["type"].decode(String.self)) ?? .custom, body: body, ext: ext,
-            timestamp: try row["timestamp"].decode(Int64.self))
+        try StoredForm.message(
+            id: try row["id"].decode(Int64.self), sender: try row["sender"].decode(String.self), recipient: try row["recipient"].decode(String.self),
+            chatType: try row["chat_type"].decode(String.self), type: try row["type"].decode(String.self), body: try row["body"].decode(String.self),
+            ext: try row["ext"].decode(String.self), timestamp: try row["timestamp"].decode(Int64.self))
     }
 }

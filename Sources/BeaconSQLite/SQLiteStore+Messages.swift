@@ -7,19 +7,15 @@ import GRDB
 extension SQLiteStore {
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
         // Encoding happens before the write transaction: the writer is held for inserts only.
-        let encoded = try messages.map { new -> (NewMessage, Int64, String, String) in
-            guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
-            return (new, id, try Self.encode(new.message.body), try Self.encode(.object(new.message.ext)))
-        }
-        let results = Dictionary(messages.map { ($0.message.to, $0.message.id) }, uniquingKeysWith: { first, _ in first })
-        let resultsText = try Self.encodeIDs(results)
+        let encoded = try StoredForm.encode(messages)
+        let resultsText = try StoredForm.receiptIDs(of: messages)
         return try await pool.write { db in
             if let receipt {
                 if let earlier = try String.fetchOne(
                     db, sql: "SELECT message_ids FROM send_receipts WHERE app_id = ? AND scope = ? AND reference = ?",
                     arguments: [app, receipt.scope, receipt.reference])
                 {
-                    return .repeated(Self.decodeIDs(earlier))
+                    return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
                 try db.execute(
                     sql: "INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -58,15 +54,6 @@ extension SQLiteStore {
             }
             return .stored(entries)
         }
-    }
-
-    private static func encodeIDs(_ ids: [String: UInt64]) throws -> String {
-        String(decoding: try JSONEncoder().encode(ids.mapValues(String.init)), as: UTF8.self)
-    }
-
-    private static func decodeIDs(_ text: String) -> [String: UInt64] {
-        let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
-        return decoded.compactMapValues { UInt64($0) }
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

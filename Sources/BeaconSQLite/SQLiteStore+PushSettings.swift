@@ -99,10 +99,6 @@ extension SQLiteStore {
         }
     }
 
-    public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
-        try await bindings(of: [username], app: app)[username] ?? []
-    }
-
     public func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]] {
         guard !usernames.isEmpty else { return [:] }
         return try await pool.read { db in
@@ -144,11 +140,6 @@ extension SQLiteStore {
                     """,
                 arguments: [app, settings.username, settings.scope, settings.remindType, settings.quietHours, settings.silentUntil])
         }
-    }
-
-    public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
-        let found = try await pushSettings(of: [username], scopes: scopes, app: app).settings
-        return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     public func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws

@@ -372,18 +372,10 @@ public final class SQLiteStore: BeaconStore {
 
     // MARK: Helpers
 
-    static func encode(_ value: JSONValue) throws -> String {
-        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-    }
-
     static func message(from row: Row) throws -> Message {
-        let decoder = JSONDecoder()
-        let body = try decoder.decode(JSONValue.self, from: Data((row["body"] as String).utf8))
-        let ext = try decoder.decode([String: JSONValue].self, from: Data((row["ext"] as String).utf8))
-        return Message(
-            id: UInt64(bitPattern: row["id"] as Int64), from: row["sender"], to: row["recipient"],
-            chatType: ChatType(rawValue: row["chat_type"]) ?? .chat, type: MessageType(rawValue: row["type"]) ?? .custom,
-            body: body, ext: ext, timestamp: row["timestamp"])
+        try StoredForm.message(
+            id: row["id"], sender: row["sender"], recipient: row["recipient"], chatType: row["chat_type"], type: row["type"],
+            body: row["body"], ext: row["ext"], timestamp: row["timestamp"])
     }
 
     static func mapConstraint<T>(_ description: String, _ body: () throws -> T) throws -> T {

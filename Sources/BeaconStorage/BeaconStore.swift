@@ -86,14 +86,11 @@ public protocol BeaconStore: Sendable {
     /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms).
     /// Returns whether one was removed.
     func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool
-    func bindings(of username: String, app: Int64) async throws -> [PushBinding]
 
     // MARK: Push settings
 
     /// Creates or replaces one scope's settings; a record with nothing set is deleted.
     func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws
-    /// The user's settings at these scopes (missing scopes are absent).
-    func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord]
     /// Settings of many users at these scopes, and their push profiles: what the decision and payload read for a message.
     func pushSettings(of usernames: [String], scopes: [String], app: Int64) async throws
         -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
@@ -149,6 +146,17 @@ public protocol BeaconStore: Sendable {
 }
 
 extension BeaconStore {
+    /// The user's bindings.
+    public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
+        try await bindings(of: [username], app: app)[username] ?? []
+    }
+
+    /// The user's settings at these scopes (missing scopes are absent).
+    public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
+        let found = try await pushSettings(of: [username], scopes: scopes, app: app).settings
+        return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
     /// Stores one message that pushes nobody.
     public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
         guard case .stored(let entries) = try await append([NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)

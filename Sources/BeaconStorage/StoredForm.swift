@@ -1,0 +1,40 @@
+import BeaconCore
+import Foundation
+
+/// How every store writes the parts of a message and a receipt that are JSON text, so that engines agree byte for byte.
+public enum StoredForm {
+    /// Each message's stored id with its body and ext as JSON text (done before any transaction starts).
+    public static func encode(_ messages: [NewMessage]) throws -> [(new: NewMessage, id: Int64, body: String, ext: String)] {
+        try messages.map { new in
+            guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
+            return (new, id, try json(new.message.body), try json(.object(new.message.ext)))
+        }
+    }
+
+    /// A message from its stored columns.
+    public static func message(
+        id: Int64, sender: String, recipient: String, chatType: String, type: String, body: String, ext: String, timestamp: Int64
+    ) throws -> Message {
+        let decoder = JSONDecoder()
+        return Message(
+            id: UInt64(bitPattern: id), from: sender, to: recipient, chatType: ChatType(rawValue: chatType) ?? .chat,
+            type: MessageType(rawValue: type) ?? .custom, body: try decoder.decode(JSONValue.self, from: Data(body.utf8)),
+            ext: try decoder.decode([String: JSONValue].self, from: Data(ext.utf8)), timestamp: timestamp)
+    }
+
+    /// A receipt's answer (receiver → message id) as JSON text: the first message of each receiver.
+    public static func receiptIDs(of messages: [NewMessage]) throws -> String {
+        let ids = Dictionary(messages.map { ($0.message.to, String($0.message.id)) }, uniquingKeysWith: { first, _ in first })
+        return String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+    }
+
+    /// The answer stored by `receiptIDs(of:)`.
+    public static func receiptIDs(from text: String) -> [String: UInt64] {
+        let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
+        return decoded.compactMapValues { UInt64($0) }
+    }
+
+    private static func json(_ value: JSONValue) throws -> String {
+        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+    }
+}
