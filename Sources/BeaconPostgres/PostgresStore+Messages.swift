@@ -42,7 +42,7 @@ extension PostgresStore {
                     WITH wanted AS (SELECT * FROM unnest(\(receivers)::text[], \(amounts)::bigint[]) AS w(username, amount)),
                     locked AS (
                         SELECT u.username FROM users u JOIN wanted w ON w.username = u.username
-                        WHERE u.app_id = \(app) ORDER BY u.username FOR UPDATE OF u)
+                        WHERE u.app_id = \(app) ORDER BY u.username FOR NO KEY UPDATE OF u)
                     UPDATE users u SET inbox_seq = u.inbox_seq + w.amount FROM wanted w, locked l
                     WHERE u.app_id = \(app) AND u.username = w.username AND l.username = w.username
                     RETURNING u.username, u.inbox_seq - w.amount AS before
@@ -137,7 +137,8 @@ extension PostgresStore {
 
     public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
         guard !cursors.isEmpty else { return }
-        // One statement; cursors only move forward and never past the inbox (users that are gone are skipped).
+        // One statement; cursors only move forward and never past the inbox. Users that are gone are skipped: each user's
+        // row is share-locked, so a delete of the user either finishes first (no cursor written) or waits for this.
         let apps = cursors.map(\.app)
         let usernames = cursors.map(\.username)
         let devices = cursors.map(\.device)
@@ -149,6 +150,7 @@ extension PostgresStore {
             FROM unnest(\(apps)::bigint[], \(usernames)::text[], \(devices)::text[], \(seqs)::bigint[]) AS c(app_id, username, device_id, seq)
             JOIN users u ON u.app_id = c.app_id AND u.username = c.username
             ORDER BY c.app_id, c.username, c.device_id
+            FOR KEY SHARE OF u
             ON CONFLICT (app_id, username, device_id)
             DO UPDATE SET acked_seq = GREATEST(device_cursors.acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
             """)

@@ -221,8 +221,12 @@ extension PostgresStore {
         let reasons = outcomes.map { $0.reason ?? "" }
         let nextAttempts = outcomes.map { $0.nextAttemptAt ?? -1 }
         // Only a job still pending under the outcome's claim token is completed (a job claimed again after its lease ran
-        // out is fenced off), in job order.
-        return try await execute(
+        // out is fenced off). Rows are locked in id order first, so that this cannot deadlock with another writer of the
+        // same jobs; a deadlock reported anyway is retried with the transaction.
+        return try await transaction { connection in
+            try await connection.query(
+                "SELECT id FROM push_jobs WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
+            return try await connection.query(
             """
             WITH outcome AS (
                 SELECT id, token, status, NULLIF(http_status, -1) AS http_status, NULLIF(reason, '') AS reason,
@@ -237,7 +241,9 @@ extension PostgresStore {
             INSERT INTO push_attempts (job_id, at, http_status, reason, outcome)
             SELECT id, \(now), http_status, reason, status FROM updated ORDER BY id
             RETURNING 1
-            """)
+            """, logger: logger
+            ).collect().count
+        }
     }
 
     public func releasePushClaims() async throws {

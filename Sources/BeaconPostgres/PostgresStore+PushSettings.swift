@@ -45,8 +45,13 @@ extension PostgresStore {
 
     public func bind(_ binding: PushBinding, app: Int64) async throws {
         let tokens = [binding.deviceToken] + (binding.voipToken.map { [$0] } ?? [])
+        let lockKeys = tokens.sorted().map { "\(app)/\($0)" }
         try await transaction { connection in
             // A token belongs to one user's device at a time: whoever held it (as an alert or a VoIP token) loses it.
+            // Binds of the same token take turns (a lock per token, in a fixed order): under READ COMMITTED two binds
+            // would not see each other's new row, and both users would keep the token.
+            try await connection.query(
+                "SELECT pg_advisory_xact_lock(hashtextextended(key, 0)) FROM unnest(\(lockKeys)::text[]) AS key", logger: logger)
             try await connection.query(
                 """
                 DELETE FROM push_bindings WHERE app_id = \(app) AND device_token = ANY(\(tokens))

@@ -12,6 +12,29 @@ extension PostgresStore {
 
     /// The advisory lock key migrations run under (any constant shared by every node: "beacon" in ASCII).
     static let migrationLock: Int64 = 0x6265_6163_6f6e
+    /// The advisory lock a serving node holds for as long as it runs ("beacon1").
+    static let nodeLock: Int64 = 0x6265_6163_6f6e_31
+
+    /// Another node holds the database.
+    public enum InUse: Error { case byAnotherNode }
+
+    /// Runs `body` while holding, on a connection of its own, the lock that says a node serves from this database;
+    /// throws `InUse.byAnotherNode` at once if another process holds it. The lock goes with the connection, so a node
+    /// that dies (kill -9) frees it.
+    public func withExclusiveUse<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        try await client.withConnection { connection in
+            let held = try await connection.query("SELECT pg_try_advisory_lock(\(Self.nodeLock))", logger: logger).collect()
+            guard try held.first?.decode(Bool.self) == true else { throw InUse.byAnotherNode }
+            let outcome: Result<T, any Error>
+            do {
+                outcome = .success(try await body())
+            } catch {
+                outcome = .failure(error)
+            }
+            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.nodeLock))", logger: logger)
+            return try outcome.get()
+        }
+    }
 
     /// Brings the schema up to date: the migrations not yet recorded in `schema_migrations`, each in a transaction,
     /// while holding an advisory lock (a second node starting at the same moment waits, then finds nothing to do).
@@ -19,11 +42,18 @@ extension PostgresStore {
     @discardableResult
     public func migrate() async throws -> [String] {
         try await client.withConnection { connection in
-            if let schema {  // validated when the URL was read: lowercase letters, digits and _
-                try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
-            }
             try await connection.query("SELECT pg_advisory_lock(\(Self.migrationLock))", logger: logger)
             do {
+                if let schema {
+                    // Created only when missing (a schema a DBA made beforehand needs no CREATE privilege on the
+                    // database), under the lock (two nodes starting together), quoted (validated when the URL was read).
+                    let exists = try await connection.query(
+                        "SELECT 1 FROM pg_namespace WHERE nspname = \(schema)", logger: logger
+                    ).collect().count > 0
+                    if !exists {
+                        try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA \"\(schema)\""), logger: logger)
+                    }
+                }
                 let applied = try await Self.applyMissing(on: connection, logger: logger)
                 try await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLock))", logger: logger)
                 return applied

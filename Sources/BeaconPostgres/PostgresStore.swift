@@ -4,7 +4,8 @@ import Foundation
 import Logging
 import PostgresNIO
 
-/// The store for several nodes: one PostgreSQL database shared by every `beacon serve`, through postgres-nio's pool.
+/// The PostgreSQL store, through postgres-nio's pool: built for several nodes sharing one database (issue 8), served by one
+/// `beacon serve` at a time until cross-node presence, delivery and claim rescue exist.
 ///
 /// What SQLite's single writer gave for free is made explicit here:
 /// - A user's inbox sequence is taken with `UPDATE users … RETURNING inbox_seq`, which holds the user's row lock until

@@ -26,7 +26,7 @@ struct DataOptions: ParsableArguments {
     @Option(help: "Directory of the embedded SQLite database (env BEACON_DATA_DIR; default ./data).")
     var dataDir: String?
 
-    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL, shared by several nodes (env BEACON_DATABASE_URL, config key database).")
+    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL (one node per database for now; env BEACON_DATABASE_URL, config key database).")
     var database: String?
 
     @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, logLevel.")
@@ -36,7 +36,10 @@ struct DataOptions: ParsableArguments {
     func reader(flags: [String: ConfigValue]) async throws -> ConfigReader {
         var values = flags
         if let dataDir { values["dataDir"] = ConfigValue(.string(dataDir), isSecret: false) }
-        if let database { values["database"] = ConfigValue(.string(database), isSecret: true) }
+        // The environment variable is BEACON_DATABASE_URL (the provider below would only see BEACON_DATABASE).
+        if let url = database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] {
+            values["database"] = ConfigValue(.string(url), isSecret: true)
+        }
         var providers: [any ConfigProvider] = [
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey(ConfigKey($0.key)), $0.value) })),
             EnvironmentVariablesProvider().prefixKeys(with: "beacon"),
@@ -93,7 +96,9 @@ struct Serve: AsyncParsableCommand {
         let config = try await data.reader(flags: flags)
         let logger = makeLogger(level: config.string(forKey: "logLevel"))
         try await withConfiguredStore(config, logger: logger) { store, database in
-            try await serve(store, database: database, config: config, logger: logger)
+            try await asOnlyNode(store, database: database) {
+                try await serve(store, database: database, config: config, logger: logger)
+            }
         }
     }
 
@@ -105,7 +110,7 @@ struct Serve: AsyncParsableCommand {
             configuration.secretBox = try SecretBox(base64: key)
         } else if case .postgres = database {
             throw ValidationError(
-                "with PostgreSQL every node must share one secret key: set BEACON_SECRET_KEY (32 bytes, base64; e.g. openssl rand -base64 32)")
+                "with PostgreSQL the secret key sealing push credentials lives in configuration, not on this machine: set BEACON_SECRET_KEY (32 bytes, base64; e.g. openssl rand -base64 32)")
         } else {
             configuration.secretBox = try SecretBox.fromDataDirectory(dataDir, logger: logger)
         }
@@ -306,9 +311,22 @@ func withConfiguredStore<T: Sendable>(
     }
 }
 
+/// Runs `body` as the only `beacon serve` on its database: several nodes on one PostgreSQL are not supported yet (a
+/// second node would release the first one's push claims and push twice), so a second one refuses to start.
+func asOnlyNode<T: Sendable>(
+    _ store: any BeaconStore, database: ConfiguredDatabase, _ body: @Sendable () async throws -> T
+) async throws -> T {
+    guard case .postgres = database, let postgres = store as? PostgresStore else { return try await body() }
+    do {
+        return try await postgres.withExclusiveUse(body)
+    } catch PostgresStore.InUse.byAnotherNode {
+        throw ValidationError("another beacon serve runs on this database: several nodes on one PostgreSQL are not supported yet")
+    }
+}
+
 struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Bring the database's schema up to date and exit (serve does it too, at start; nodes starting together take turns).")
+        abstract: "Bring the database's schema up to date and exit (serve does it too, at start; processes starting together take turns).")
 
     @OptionGroup var data: DataOptions
 

@@ -449,4 +449,28 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             #expect(again != .repeated(["bob": 1]))
         }
     }
+
+    /// Two users binding the same token at the same moment (a shared phone): one of them holds it afterwards, never both.
+    @Test(arguments: StoreKind.available)
+    func aTokenBoundTwiceAtOnceBelongsToOneUser(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            for round in 0..<20 {
+                let token = "token\(round)"
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for user in ["alice", "bob"] {
+                        group.addTask {
+                            try await store.bind(
+                                PushBinding(username: user, deviceID: "phone", notifier: "ios", deviceToken: token, boundAt: Int64(round)),
+                                app: app.id)
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                let holders = try await store.bindings(of: ["alice", "bob"], app: app.id).values.joined().filter { $0.deviceToken == token }
+                #expect(holders.count == 1, "round \(round): \(holders.map(\.username))")
+            }
+        }
+    }
 }
