@@ -183,6 +183,10 @@ extension PostgresStore {
     }
 
     public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
+        try await claimPushJobs(now: now, lease: lease, limit: limit, node: 0)
+    }
+
+    public func claimPushJobs(now: Int64, lease: Int64, limit: Int, node: Int64) async throws -> [PushJob] {
         let token = Int64.random(in: 1...Int64.max)
         return try await transaction { connection in
             // A job goes to the token its device is bound to now, or nowhere: never to whoever holds the token since.
@@ -200,7 +204,8 @@ extension PostgresStore {
                 """, logger: logger)
             let claimed = try await connection.query(
                 """
-                UPDATE push_jobs SET claimed_until = \(now + lease), attempts = attempts + 1, claim_token = \(token) WHERE id IN (
+                UPDATE push_jobs SET claimed_until = \(now + lease), attempts = attempts + 1, claim_token = \(token), claimed_by = \(node)
+                WHERE id IN (
                     SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= \(now) AND claimed_until <= \(now)
                     ORDER BY next_attempt_at, id LIMIT \(max(limit, 0)) FOR UPDATE SKIP LOCKED)
                 RETURNING \(unescaped: Self.jobColumns)
@@ -235,7 +240,8 @@ extension PostgresStore {
                     \(nextAttempts)::bigint[]) AS o(id, token, status, http_status, reason, next_attempt_at)),
             updated AS (
                 UPDATE push_jobs j SET status = o.status, last_status = o.http_status, last_reason = o.reason, updated_at = \(now),
-                    next_attempt_at = COALESCE(o.next_attempt_at, j.next_attempt_at), claimed_until = 0
+                    next_attempt_at = COALESCE(o.next_attempt_at, j.next_attempt_at), claimed_until = 0,
+                    claimed_by = 0
                 FROM outcome o WHERE j.id = o.id AND j.claim_token = o.token AND j.status = 'pending'
                 RETURNING j.id, o.http_status, o.reason, o.status)
             INSERT INTO push_attempts (job_id, at, http_status, reason, outcome)
@@ -247,7 +253,7 @@ extension PostgresStore {
     }
 
     public func releasePushClaims() async throws {
-        try await execute("UPDATE push_jobs SET claimed_until = 0 WHERE status = 'pending' AND claimed_until > 0")
+        try await execute("UPDATE push_jobs SET claimed_until = 0, claimed_by = 0 WHERE status = 'pending' AND claimed_until > 0")
     }
 
     public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {

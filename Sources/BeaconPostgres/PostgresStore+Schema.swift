@@ -12,30 +12,6 @@ extension PostgresStore {
 
     /// The advisory lock key migrations run under (any constant shared by every node: "beacon" in ASCII).
     static let migrationLock: Int64 = 0x6265_6163_6f6e
-    /// The advisory lock a serving node holds for as long as it runs ("beacon1").
-    static let nodeLock: Int64 = 0x6265_6163_6f6e_31
-
-    /// Another node holds the database.
-    public enum InUse: Error { case byAnotherNode }
-
-    /// Runs `body` while holding, on a connection of its own, the lock that says a node serves from this database;
-    /// throws `InUse.byAnotherNode` at once if another process holds it. The lock goes with the connection, so a node
-    /// that dies (kill -9) frees it.
-    public func withExclusiveUse<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
-        try await client.withConnection { connection in
-            let held = try await connection.query("SELECT pg_try_advisory_lock(\(Self.nodeLock))", logger: logger).collect()
-            guard try held.first?.decode(Bool.self) == true else { throw InUse.byAnotherNode }
-            let outcome: Result<T, any Error>
-            do {
-                outcome = .success(try await body())
-            } catch {
-                outcome = .failure(error)
-            }
-            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.nodeLock))", logger: logger)
-            return try outcome.get()
-        }
-    }
-
     /// Brings the schema up to date: the migrations not yet recorded in `schema_migrations`, each in a transaction,
     /// while holding an advisory lock (a second node starting at the same moment waits, then finds nothing to do).
     /// Returns the versions it applied.
@@ -193,6 +169,31 @@ extension PostgresStore {
                     created_at BIGINT NOT NULL, PRIMARY KEY (app_id, scope, reference))
                 """,
                 "CREATE INDEX send_receipts_by_age ON send_receipts (app_id, created_at)",
+            ]),
+        Migration(
+            version: "v2-cluster",
+            sql: [
+                // Every live node, beating every second; a node silent for 5 s is declared dead by another.
+                """
+                CREATE TABLE cluster_nodes (
+                    epoch BIGINT PRIMARY KEY, name TEXT NOT NULL, slot INT NOT NULL UNIQUE, started_at BIGINT NOT NULL,
+                    heartbeat_at BIGINT NOT NULL)
+                """,
+                // Which node holds each connected device. Logged, not UNLOGGED: a PostgreSQL crash must not forget devices
+                // that are still connected (they would be pushed messages they receive live, and never re-decided).
+                """
+                CREATE TABLE device_presence (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, device_id TEXT NOT NULL, node_epoch BIGINT NOT NULL,
+                    connection_id BIGINT NOT NULL, connected_at BIGINT NOT NULL, PRIMARY KEY (app_id, username, device_id))
+                """,
+                "CREATE INDEX device_presence_by_node ON device_presence (node_epoch)",
+                """
+                CREATE TABLE node_mailbox (id BIGSERIAL PRIMARY KEY, node_epoch BIGINT NOT NULL, body TEXT NOT NULL)
+                """,
+                "CREATE INDEX node_mailbox_by_node ON node_mailbox (node_epoch, id)",
+                // The node whose claim holds a job: its death releases the claim at once instead of at the lease's end.
+                "ALTER TABLE push_jobs ADD COLUMN claimed_by BIGINT NOT NULL DEFAULT 0",
+                "CREATE INDEX push_jobs_claimed_by ON push_jobs (claimed_by) WHERE status = 'pending' AND claimed_by != 0",
             ]),
     ]
 }

@@ -4,8 +4,7 @@ import Foundation
 import Logging
 import PostgresNIO
 
-/// The PostgreSQL store, through postgres-nio's pool: built for several nodes sharing one database (issue 8), served by one
-/// `beacon serve` at a time until cross-node presence, delivery and claim rescue exist.
+/// The PostgreSQL store, through postgres-nio's pool: several `beacon serve` nodes share one database (`ClusterStore`).
 ///
 /// What SQLite's single writer gave for free is made explicit here:
 /// - A user's inbox sequence is taken with `UPDATE users … RETURNING inbox_seq`, which holds the user's row lock until

@@ -19,8 +19,11 @@ public struct BeaconConfiguration: Sendable {
     public var retentionInterval: Duration
     /// Stored messages held in memory per connection before a slow device is switched to reading the store.
     public var outboxLimit: Int
-    /// This node's id within a cluster (part of every message id).
+    /// The node part of every message id (0..<1024) when the store serves one node (SQLite); a cluster gives each node
+    /// a free slot when it joins.
     public var node: UInt16
+    /// This node's name in a cluster (`--node-id`); generated from the host name and process id when nil.
+    public var nodeName: String?
     /// PBKDF2-SHA256 rounds for new password hashes.
     public var passwordHashRounds: Int
     /// Where pushes go: Apple, or a custom endpoint such as the simulator.
@@ -76,9 +79,11 @@ public struct BeaconHooks: Sendable {
 public struct BeaconServer: Sendable {
     public let store: any BeaconStore
     public let configuration: BeaconConfiguration
-    /// Who is online on this node.
-    public var presence: any PresenceRegistry { registry }
-    let registry: ConnectionRegistry
+    /// Who is online, on any node.
+    public var presence: any PresenceRegistry { switchboard }
+    /// This node in its cluster, when the store is shared by several (PostgreSQL).
+    public var clusterNode: ClusterNode? { switchboard.link?.node }
+    let switchboard: Switchboard
     let cursors: CursorBook
     let messages: MessageService
     let pushConfigs: PushConfigs?
@@ -97,27 +102,37 @@ public struct BeaconServer: Sendable {
         // Token-signing key: derived from the secret key, so it is never stored and every node with the key agrees.
         // Without a secret key (push off), tokens are signed with a key that lives as long as the process.
         let tokenKey = configuration.secretBox?.derivedKey(for: "token signing") ?? SymmetricKey(size: .bits256)
+        if let box = configuration.secretBox { try await PushConfigs.checkOpens(store: store, box: box) }
         let registry = ConnectionRegistry()
-        self.registry = registry
+        var idSlot = configuration.node
+        var link: ClusterLink?
+        if let shared = store as? any ClusterStore {
+            let name = configuration.nodeName ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+            let node = try await shared.joinCluster(name: name)
+            idSlot = node.slot
+            link = ClusterLink(store: shared, node: node, local: registry, clock: configuration.clock, logger: logger)
+        }
+        let switchboard = Switchboard(local: registry, link: link)
+        self.switchboard = switchboard
         cursors = CursorBook(store: store, clock: configuration.clock)
         if let box = configuration.secretBox {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
             pushConfigs = configs
             pushWorker = PushWorker(
                 store: store, configs: configs, clock: configuration.clock, logger: logger, maxAge: configuration.pushMaxAge,
-                onRecorded: configuration.onPushAttempts)
+                cluster: link, onRecorded: configuration.onPushAttempts)
         } else {
             pushConfigs = nil
             pushWorker = nil
         }
         let pushRouter = pushWorker.map { worker in
             PushRouter(
-                store: store, presence: registry, clock: configuration.clock, logger: logger, afterPresence: configuration.hooks.afterPresence,
+                store: store, presence: switchboard, clock: configuration.clock, logger: logger, afterPresence: configuration.hooks.afterPresence,
                 jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
         messages = MessageService(
-            store: store, registry: registry, router: pushRouter, node: configuration.node, clock: configuration.clock, logger: logger)
+            store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, logger: logger)
         api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
     }
 
@@ -151,7 +166,8 @@ public struct BeaconServer: Sendable {
         // notice must go first, so it runs beside the application and is shut down before it (services stop in reverse).
         ServiceGroup(
             configuration: .init(
-                services: [makeApplication(onRunning: onRunning), ShutdownNotice(registry: registry, timeout: .seconds(5))], logger: logger))
+                services: [makeApplication(onRunning: onRunning), ShutdownNotice(registry: switchboard.local, timeout: .seconds(5))],
+                logger: logger))
     }
 
     private func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
@@ -161,7 +177,7 @@ public struct BeaconServer: Sendable {
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
         router.get("/health") { _, _ in "ok" }
         Routes(
-            api: api, messages: messages, registry: registry, cursors: cursors, pushConfigs: pushConfigs,
+            api: api, messages: messages, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
             passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration)
             .register(on: router, table: routes)
@@ -175,7 +191,7 @@ public struct BeaconServer: Sendable {
         } onUpgrade: { inbound, outbound, context in
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             let session = DeviceSession(
-                app: app, username: username, deviceID: deviceID, messages: messages, registry: registry, cursors: cursors,
+                app: app, username: username, deviceID: deviceID, messages: messages, switchboard: switchboard, cursors: cursors,
                 outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered,
                 reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
@@ -190,7 +206,8 @@ public struct BeaconServer: Sendable {
                     http1: .init(additionalChannelHandlers: [RefusedUpgradeWriter(refused: refusedUpgrades)]),
                     ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
-            services: [
+            // Services stop in reverse order: the cluster's last, so that the node leaves once it pushes and serves no more.
+            services: (switchboard.link.map { [ClusterService(link: $0, router: pushRouter, logger: logger)] } ?? []) + [
                 RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
                 CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
             ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []),

@@ -12,7 +12,7 @@ struct DeviceSession {
     let username: String
     let deviceID: String
     let messages: MessageService
-    let registry: ConnectionRegistry
+    let switchboard: Switchboard
     let cursors: CursorBook
     let outboxLimit: Int
     /// `BeaconHooks.afterDeviceRegistered`.
@@ -32,19 +32,19 @@ struct DeviceSession {
     /// whatever ends the session, errors included. When it goes offline, the messages it was online for and that
     /// no device of the user acknowledged have their pushes decided again.
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
-        registry.sessionBegan()
-        defer { registry.sessionEnded() }
+        switchboard.local.sessionBegan()
+        defer { switchboard.local.sessionEnded() }
         let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
-        registry.register(outbox)
         let result: Result<Void, any Error>
         do {
+            try await switchboard.register(outbox)
             try await runOnline(outbox: outbox, inbound: inbound, outbound: outbound)
             result = .success(())
         } catch {
             result = .failure(error)
         }
         outbox.finish()
-        let wentOffline = registry.unregister(outbox)
+        let wentOffline = await switchboard.unregister(outbox)
         do {
             try await cursors.flush(username: username, app: app.id)
         } catch {
@@ -104,7 +104,7 @@ struct DeviceSession {
                 outbox.requestSync(fromAcknowledged: true)
             case .logout:
                 // Offline from here on, before the device hears back: a message sent after its logout returns is pushed.
-                if registry.unregister(outbox) {
+                if await switchboard.unregister(outbox) {
                     try await cursors.flush(username: username, app: app.id)
                     await messages.router?.deviceWentOffline(username, app: app)
                 }

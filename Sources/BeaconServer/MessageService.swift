@@ -31,18 +31,18 @@ struct SentMessage: Sendable, Hashable {
 /// gets it live and before its pushes are decided.
 final class MessageService: Sendable {
     let store: any BeaconStore
-    let registry: ConnectionRegistry
+    let switchboard: Switchboard
     let router: PushRouter?
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
     private let logger: Logger
 
     init(
-        store: any BeaconStore, registry: ConnectionRegistry, router: PushRouter?, node: UInt16, clock: @escaping @Sendable () -> Int64,
+        store: any BeaconStore, switchboard: Switchboard, router: PushRouter?, node: UInt16, clock: @escaping @Sendable () -> Int64,
         logger: Logger
     ) {
         self.store = store
-        self.registry = registry
+        self.switchboard = switchboard
         self.router = router
         self.clock = clock
         self.ids = Mutex(MessageIDGenerator(node: node))
@@ -117,7 +117,7 @@ final class MessageService: Sendable {
         if outgoing.onlineOnly {
             for (message, recipients) in messages {
                 let copyToSender = outgoing.copyToSender && !recipients.contains(outgoing.from)
-                registry.deliverOnline(
+                await switchboard.deliverOnline(
                     message, to: recipients + (copyToSender ? [outgoing.from] : []), app: app.id, exceptDevice: outgoing.originDevice)
             }
             return messages.map { SentMessage(target: $0.0.to, id: $0.0.id, timestamp: $0.0.timestamp) }
@@ -136,7 +136,7 @@ final class MessageService: Sendable {
                 SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value))
             }
         case .stored(let entries):
-            registry.deliver(entries, app: app.id)
+            await switchboard.deliver(entries, app: app.id)
             if let router {
                 for (message, recipients) in messages where routes && !recipients.isEmpty {
                     do {

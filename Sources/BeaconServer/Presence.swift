@@ -3,11 +3,11 @@ import BeaconProtocol
 import BeaconStorage
 import Synchronization
 
-/// Which devices of a user are online. The push pipeline asks this before pushing; a multi-node deployment
-/// implements it over shared state.
+/// Which devices of users are online. The push pipeline asks this before pushing; on several nodes the answer comes from
+/// the shared database (`Switchboard`).
 public protocol PresenceRegistry: Sendable {
-    /// Device ids of the user's connected, authenticated devices.
-    func onlineDevices(of username: String, app: Int64) -> [String]
+    /// Device ids of each user's connected, authenticated devices (users with none are absent).
+    func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>]
 }
 
 /// A user within an app.
@@ -21,8 +21,19 @@ struct UserKey: Hashable, Sendable {
 final class ConnectionRegistry: PresenceRegistry {
     private let connections = Mutex<[UserKey: [String: DeviceOutbox]]>([:])
 
-    func onlineDevices(of username: String, app: Int64) -> [String] {
+    /// Device ids of the user's devices connected to this node.
+    func connectedDevices(of username: String, app: Int64) -> [String] {
         connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.keys) } ?? [] }
+    }
+
+    func onlineDevices(of usernames: [String], app: Int64) -> [String: Set<String>] {
+        connections.withLock { table in
+            var online: [String: Set<String>] = [:]
+            for username in usernames {
+                if let devices = table[UserKey(app: app, username: username)], !devices.isEmpty { online[username] = Set(devices.keys) }
+            }
+            return online
+        }
     }
 
     /// Registers a device's connection; an earlier connection of the same device is told to close.
@@ -71,6 +82,21 @@ final class ConnectionRegistry: PresenceRegistry {
         for outbox in outboxes { outbox.close(reason: reason) }
     }
 
+    /// Closes the device's connection if it is still `connection` (another node took the device over).
+    func disconnect(_ device: DeviceKey, connection: Int64, reason: String) {
+        let outbox = connections.withLock { $0[UserKey(app: device.app, username: device.username)]?[device.deviceID] }
+        if let outbox, outbox.connectionID == connection { outbox.close(reason: reason) }
+    }
+
+    /// Tells the connected devices of the users to read their new messages from the store (they were stored on
+    /// another node).
+    func fetch(for usernames: [String], app: Int64) {
+        let outboxes = connections.withLock { table in
+            usernames.flatMap { table[UserKey(app: app, username: $0)]?.values.map { $0 } ?? [] }
+        }
+        for outbox in outboxes { outbox.fetchFromStore() }
+    }
+
     /// Closes every connection (graceful shutdown).
     /// Device sessions running, their cleanup (cursor flush, push re-decisions) included.
     private let sessions = Atomic<Int>(0)
@@ -92,6 +118,8 @@ final class ConnectionRegistry: PresenceRegistry {
 final class DeviceOutbox: Sendable {
     let user: UserKey
     let deviceID: String
+    /// Unique across the cluster: tells this connection from the device's earlier and later ones.
+    let connectionID = Int64.random(in: 1...Int64.max)
     /// Wakes the writer; holds at most one pending wake-up.
     let wakeups: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
@@ -150,6 +178,15 @@ final class DeviceOutbox: Sendable {
         }
         wake.yield()
         return accepted
+    }
+
+    /// Asks the writer to read what the store holds after the device's position (messages stored on another node).
+    func fetchFromStore() {
+        state.withLock { pending in
+            pending.stored.removeAll()
+            pending.mustFetch = true
+        }
+        wake.yield()
     }
 
     /// Asks the writer to read everything after the device's position (or, `fromAcknowledged`, after what it

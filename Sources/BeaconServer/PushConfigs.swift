@@ -62,6 +62,17 @@ private struct PushSecret: Codable {
     var password: String?
 }
 
+/// The secret key cannot open a stored push configuration: it is not the key the configurations were sealed with.
+public struct WrongSecretKey: Error, CustomStringConvertible {
+    public var app: String
+    public var configuration: String
+    public var description: String {
+        "the secret key cannot open push configuration '\(configuration)' of app \(app): every node must run with the key it was "
+            + "uploaded under (BEACON_SECRET_KEY), or push would fail for every device"
+    }
+}
+
+
 /// Validates and stores push configurations, and turns them into APNs clients.
 final class PushConfigs: Sendable {
     let store: any BeaconStore
@@ -73,6 +84,19 @@ final class PushConfigs: Sendable {
         self.store = store
         self.box = box
         self.routing = Mutex(routing)
+    }
+
+    /// Throws `WrongSecretKey` unless `box` opens every stored configuration (checked at start, before serving).
+    static func checkOpens(store: any BeaconStore, box: SecretBox) async throws {
+        for app in try await store.allApps() {
+            for config in try await store.pushConfigs(app: app.id) {
+                do {
+                    _ = try box.open(config.sealedSecret)
+                } catch {
+                    throw WrongSecretKey(app: "\(app.key)", configuration: config.name)
+                }
+            }
+        }
     }
 
     /// Points future pushes elsewhere (the in-process simulator learns its port only once it runs).

@@ -14,7 +14,9 @@ import Synchronization
 ///   transaction, then records the jobs (pushed or skipped with a reason) in one short transaction that also removes the
 ///   pending route, so each message is decided once.
 /// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died
-///   under them), unless another device of the user acknowledged them.
+///   under them), unless another device of the user acknowledged them. A route that recorded `online` skips reads presence
+///   again afterwards: a device that went offline in between (on any node) may have looked for skips before they were
+///   recorded, so the route decides them again itself.
 /// - As a service, it routes what a crash left pending, so no push accepted with a message is lost.
 final class PushRouter: Service, Sendable {
     let store: any BeaconStore
@@ -25,7 +27,6 @@ final class PushRouter: Service, Sendable {
     let jobsStored: @Sendable () -> Void
     /// Called between a route's presence reading and its recording (tests hold a route there to race it).
     let afterPresence: (@Sendable (UInt64) async -> Void)?
-    private let inFlight = RouteTracker()
 
     /// Default lifetime at APNs (`apns-expiration` = now + this).
     static let expirationSeconds: Int64 = 24 * 3600
@@ -48,27 +49,38 @@ final class PushRouter: Service, Sendable {
 
     /// Decides and records the pushes of a message stored with a pending route. Safe to call twice: only one records.
     func route(_ message: Message, recipients: [String], app: AppRecord) async throws {
-        let ticket = inFlight.begin()
-        defer { inFlight.end(ticket) }
         let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil)
         if let afterPresence { await afterPresence(message.id) }
         let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, raisesBadge: decided.raisesBadge, now: clock())
-        if try await store.recordRoute(route, app: app.id), decided.jobs.contains(where: { $0.skipReason == nil }) {
-            jobsStored()
+        guard try await store.recordRoute(route, app: app.id) else { return }
+        if decided.jobs.contains(where: { $0.skipReason == nil }) { jobsStored() }
+        for username in try await wentOfflineSince(decided) {
+            await deviceWentOffline(username, app: app)
         }
+    }
+
+    /// The users with `online` skips in `decided` who, by presence read now, would have been pushed: a device of theirs
+    /// went offline after the decision read presence.
+    private func wentOfflineSince(_ decided: Decided) async throws -> [String] {
+        let skipped = Dictionary(grouping: decided.jobs.filter { $0.skipReason == SkipReason.online.rawValue }, by: \.username)
+        guard !skipped.isEmpty else { return [] }
+        let online = try await presence.onlineDevices(of: Array(skipped.keys), app: decided.app)
+        return skipped.compactMap { username, jobs in
+            let devices = online[username] ?? []
+            let offline = decided.policy == .allOffline ? devices.isEmpty : jobs.contains { !devices.contains($0.deviceID) }
+            return offline ? username : nil
+        }.sorted()
     }
 
     /// A device of the user went offline: the messages the user's devices were online for and that none of them
     /// acknowledged are decided again, as if they had just arrived (badge included).
     func deviceWentOffline(_ username: String, app: AppRecord) async {
-        // Routes that read presence before this device left must be recorded first, or their `online` skips are missed.
-        await inFlight.waitForRoutes(before: inFlight.current, upTo: .seconds(10))
         do {
             let policy = MultiDevicePolicy(rawValue: try await store.pushPolicy(app: app.id).multiDevice) ?? .allOffline
             var rerouted = false
             // Page by page: each recorded route removes the skips it replaces, so the next page holds the rest.
             while Task.serviceShouldContinue {
-                let online = Set(presence.onlineDevices(of: username, app: app.id))
+                let online = try await presence.onlineDevices(of: [username], app: app.id)[username] ?? []
                 if policy == .allOffline, !online.isEmpty { break }
                 let skips = try await store.unacknowledgedOnlineSkips(of: username, app: app.id, limit: Self.rerouteLimit)
                 var recorded = 0
@@ -149,23 +161,27 @@ final class PushRouter: Service, Sendable {
     // MARK: Deciding
 
     /// Every bound device of every recipient, pushed or skipped with a reason; `onlyDevices` limits it to those devices.
+    /// One message's push decisions.
+    struct Decided {
+        var app: Int64
+        var policy: MultiDevicePolicy = .allOffline
+        var jobs: [NewPushJob] = []
+        var raisesBadge: Set<String> = []
+    }
+
     private func decide(_ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?) async throws
-        -> (jobs: [NewPushJob], raisesBadge: Set<String>)
+        -> Decided
     {
-        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return ([], []) }
+        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return Decided(app: app.id) }
         let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        guard !configs.isEmpty else { return ([], []) }
+        guard !configs.isEmpty else { return Decided(app: app.id) }
         let context = try await RoutingContext.load(message: message, recipients: recipients, app: app, store: store)
         var bindings = try await store.bindings(of: recipients, app: app.id)
         if let onlyDevices {
             bindings = bindings.mapValues { $0.filter { onlyDevices.contains(SkippedDevice(deviceID: $0.deviceID, notifier: $0.notifier)) } }
         }
         // Presence is read now: after the message was stored, so a device that connects from here on syncs it.
-        var online: [String: Set<String>] = [:]
-        for recipient in recipients {
-            let devices = presence.onlineDevices(of: recipient, app: app.id)
-            if !devices.isEmpty { online[recipient] = Set(devices) }
-        }
+        let online = try await presence.onlineDevices(of: recipients, app: app.id)
         let now = clock()
         var jobs: [NewPushJob] = []
         var raisesBadge: Set<String> = []
@@ -185,7 +201,7 @@ final class PushRouter: Service, Sendable {
                 jobs.append(job(for: binding, skip: decision.skip, recipient: recipient, context: context, configs: configs, now: now))
             }
         }
-        return (jobs, raisesBadge)
+        return Decided(app: app.id, policy: context.policy, jobs: jobs, raisesBadge: raisesBadge)
     }
 
     private func job(
@@ -282,38 +298,5 @@ struct RoutingContext {
                 message: message, receiver: recipient, badge: 0, senderNickname: senderNickname,
                 style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, strings: strings, language: profile.language,
                 templates: templates, receiverTemplate: profile.template, allowsVoIP: allowsVoIP))
-    }
-}
-
-/// Routes in progress, numbered in the order they started, so that a device going offline can wait for every route
-/// that may have seen it online.
-final class RouteTracker: Sendable {
-    private struct State {
-        var next: UInt64 = 0
-        var running: Set<UInt64> = []
-    }
-    private let state = Mutex(State())
-
-    /// The number the next route will get.
-    var current: UInt64 { state.withLock { $0.next } }
-
-    func begin() -> UInt64 {
-        state.withLock { state in
-            defer { state.next += 1 }
-            state.running.insert(state.next)
-            return state.next
-        }
-    }
-
-    func end(_ ticket: UInt64) {
-        _ = state.withLock { $0.running.remove(ticket) }
-    }
-
-    /// Returns once every route numbered below `ticket` has ended, or after `limit`.
-    func waitForRoutes(before ticket: UInt64, upTo limit: Duration) async {
-        let deadline = ContinuousClock.now + limit
-        while state.withLock({ $0.running.contains { $0 < ticket } }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(2))
-        }
     }
 }

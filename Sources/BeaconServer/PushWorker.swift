@@ -21,6 +21,8 @@ final class PushWorker: Service, Sendable {
     /// Jobs claimed per round.
     let batch: Int
     let onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)?
+    /// On several nodes: claims are recorded as this node's, so that its death releases them.
+    let cluster: ClusterLink?
     private let wake = WakeSignal()
 
     static let lease: Int64 = 60_000
@@ -31,9 +33,10 @@ final class PushWorker: Service, Sendable {
 
     init(
         store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
-        onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
+        cluster: ClusterLink? = nil, onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
     ) {
         self.onRecorded = onRecorded
+        self.cluster = cluster
         self.store = store
         self.configs = configs
         self.clock = clock
@@ -48,11 +51,14 @@ final class PushWorker: Service, Sendable {
     }
 
     func run() async throws {
-        // This process is the only one pushing from its store: claims of an earlier process died with it.
-        do {
-            try await store.releasePushClaims()
-        } catch {
-            logger.error("releasing earlier push claims failed", metadata: ["error": "\(error)"])
+        // Alone on its store, this process is the only one pushing: claims of an earlier process died with it. (On several
+        // nodes, the claims of a dead node are released when it is declared dead.)
+        if cluster == nil {
+            do {
+                try await store.releasePushClaims()
+            } catch {
+                logger.error("releasing earlier push claims failed", metadata: ["error": "\(error)"])
+            }
         }
         while Task.serviceShouldContinue {
             let worked: Bool
@@ -74,7 +80,12 @@ final class PushWorker: Service, Sendable {
 
     /// Claims and sends one batch; false if there was nothing due.
     func runOnce() async throws -> Bool {
-        let jobs = try await store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch)
+        let jobs =
+            if let cluster {
+                try await cluster.store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch, node: cluster.node.epoch)
+            } else {
+                try await store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch)
+            }
         guard !jobs.isEmpty else { return false }
         // Each configuration is read once per batch.
         var configurations: [String: PushConfigRecord?] = [:]

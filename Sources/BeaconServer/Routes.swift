@@ -22,7 +22,7 @@ struct OneOrMany<Element: Decodable>: Decodable {
 struct Routes {
     let api: API
     let messages: MessageService
-    let registry: ConnectionRegistry
+    let switchboard: Switchboard
     let cursors: CursorBook
     let pushConfigs: PushConfigs?
     let tokenLifetimeSeconds: Int
@@ -173,7 +173,7 @@ struct Routes {
         }
         // Deleted first, then disconnected: a reconnect in between finds no user, and the pending pushes are cancelled.
         _ = try await store.deleteUser(username, app: app.id, now: api.clock())
-        registry.disconnectAll(of: username, app: app.id, reason: "kicked")
+        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
         return api.respond(request, app: app, action: "delete", entities: [entity(user)])
     }
 
@@ -200,7 +200,7 @@ struct Routes {
         let (app, user) = try await ownUser(request, context)
         try await store.revokeTokens(of: user.username, app: app.id, before: api.clock() + 1)
         try await store.unbindAll(username: user.username, app: app.id)
-        registry.disconnectAll(of: user.username, app: app.id, reason: "kicked")
+        await switchboard.disconnectAll(of: user.username, app: app.id, reason: "kicked")
         return api.respond(request, app: app, action: "get", data: ["result": true] as JSONValue)
     }
 

@@ -26,10 +26,10 @@ struct DataOptions: ParsableArguments {
     @Option(help: "Directory of the embedded SQLite database (env BEACON_DATA_DIR; default ./data).")
     var dataDir: String?
 
-    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL (one node per database for now; env BEACON_DATABASE_URL, config key database).")
+    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL, which several nodes may share (env BEACON_DATABASE_URL, config key database).")
     var database: String?
 
-    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, logLevel.")
+    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, nodeId, logLevel.")
     var config: String?
 
     /// Flags first, then `BEACON_*` environment variables, then the configuration file.
@@ -77,6 +77,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "full (default): every acknowledged message is on disk, surviving power loss; normal: faster, survives a crash of Beacon but a power loss may undo the last commits (env BEACON_DURABILITY).")
     var durability: String?
 
+    @Option(help: "This node's name in a cluster sharing one PostgreSQL, shown in logs and in the cluster_nodes table (env BEACON_NODE_ID; default: host name and process id).")
+    var nodeId: String?
+
     @Flag(help: "Start the APNs simulator in-process and send every push to it (config key apnsSimulator).")
     var apnsSimulator = false
 
@@ -91,14 +94,13 @@ struct Serve: AsyncParsableCommand {
         if let port { flags["port"] = ConfigValue(.int(port), isSecret: false) }
         if let apnsEndpoint { flags["apnsEndpoint"] = ConfigValue(.string(apnsEndpoint), isSecret: false) }
         if let apnsCa { flags["apnsCa"] = ConfigValue(.string(apnsCa), isSecret: false) }
+        if let nodeId { flags["nodeId"] = ConfigValue(.string(nodeId), isSecret: false) }
         if let durability { flags["durability"] = ConfigValue(.string(durability), isSecret: false) }
         if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
         let config = try await data.reader(flags: flags)
         let logger = makeLogger(level: config.string(forKey: "logLevel"))
         try await withConfiguredStore(config, logger: logger) { store, database in
-            try await asOnlyNode(store, database: database) {
-                try await serve(store, database: database, config: config, logger: logger)
-            }
+            try await serve(store, database: database, config: config, logger: logger)
         }
     }
 
@@ -106,6 +108,7 @@ struct Serve: AsyncParsableCommand {
         let dataDir = config.string(forKey: "dataDir", default: "./data")
         var configuration = BeaconConfiguration(
             host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080))
+        configuration.nodeName = config.string(forKey: "nodeId")
         if let key = config.string(forKey: "secretKey", isSecret: true) {
             configuration.secretBox = try SecretBox(base64: key)
         } else if case .postgres = database {
@@ -308,19 +311,6 @@ func withConfiguredStore<T: Sendable>(
         return try await body(store, database)
     case .postgres(let url):
         return try await PostgresStore.withStore(url: url, logger: logger) { try await body($0, database) }
-    }
-}
-
-/// Runs `body` as the only `beacon serve` on its database: several nodes on one PostgreSQL are not supported yet (a
-/// second node would release the first one's push claims and push twice), so a second one refuses to start.
-func asOnlyNode<T: Sendable>(
-    _ store: any BeaconStore, database: ConfiguredDatabase, _ body: @Sendable () async throws -> T
-) async throws -> T {
-    guard case .postgres = database, let postgres = store as? PostgresStore else { return try await body() }
-    do {
-        return try await postgres.withExclusiveUse(body)
-    } catch PostgresStore.InUse.byAnotherNode {
-        throw ValidationError("another beacon serve runs on this database: several nodes on one PostgreSQL are not supported yet")
     }
 }
 

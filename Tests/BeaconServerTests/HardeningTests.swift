@@ -269,7 +269,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             // The route has seen bob online and is held; bob's device leaves now.
             try await gate.waitForArrivals(1)
             await device.close()
-            for _ in 0..<500 where !beacon.presence.onlineDevices(of: "bob", app: 1).isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where try await !beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty { try await Task.sleep(for: .milliseconds(10)) }
             gate.open()
             #expect(try await send.value.status == 200)
             try await beacon.deliveries(of: "bob") { $0.first?["status"] == "sent" }
@@ -289,7 +289,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             let broken = RawDevice(beacon: beacon, token: try await beacon.userToken("bob"), device: "broken")
             await broken.close()
             #expect(!broken.frames.items.contains { if case .welcome = $0 { true } else { false } })
-            #expect(beacon.presence.onlineDevices(of: "bob", app: 1).isEmpty)
+            #expect(try await beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
         }

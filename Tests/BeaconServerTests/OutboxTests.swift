@@ -50,12 +50,12 @@ import Testing
         registry.register(pad)
         registry.register(second)
         #expect(first.take().closeReason == "replaced")
-        #expect(Set(registry.onlineDevices(of: "bob", app: 1)) == ["phone", "pad"])
+        #expect(Set(registry.connectedDevices(of: "bob", app: 1)) == ["phone", "pad"])
         registry.unregister(first)  // stale: must not remove the new connection
-        #expect(Set(registry.onlineDevices(of: "bob", app: 1)) == ["phone", "pad"])
+        #expect(Set(registry.connectedDevices(of: "bob", app: 1)) == ["phone", "pad"])
         registry.unregister(second)
         registry.unregister(pad)
-        #expect(registry.onlineDevices(of: "bob", app: 1).isEmpty)
-        #expect(registry.onlineDevices(of: "bob", app: 2).isEmpty)
+        #expect(registry.connectedDevices(of: "bob", app: 1).isEmpty)
+        #expect(registry.connectedDevices(of: "bob", app: 2).isEmpty)
     }
 }

@@ -141,6 +141,69 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         }
     }
 
+    /// Eight senders at once to overlapping groups (deliveries listed in random orders), with badges raised as routes are
+    /// recorded, while a reader follows one inbox: no deadlock surfaces, every inbox is numbered 1...n without a gap, and the
+    /// reader, asking only for what is after the last entry it saw, never skips one that committed late.
+    @Test(arguments: StoreKind.available)
+    func concurrentGroupSendsNeitherDeadlockNorSkip(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let members = (0..<10).map { "u\($0)" }
+            try await makeUsers(store, app, members)
+            let perSender = 25
+            let followed = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for sender in 0..<8 {
+                    group.addTask {
+                        for index in 0..<perSender {
+                            let id = UInt64(sender * 1000 + index + 1)
+                            // Overlapping groups: six of the ten members, starting at the sender's position, in random order.
+                            let recipients = (0..<6).map { members[(sender + $0) % 10] }.shuffled()
+                            let message = Message(
+                                id: id, from: "u\(sender)", to: "g\(sender % 3)", chatType: .groupchat, type: .txt, body: ["msg": "x"], ext: [:],
+                                timestamp: now)
+                            _ = try await store.append(
+                                [NewMessage(message: message, deliveries: recipients.map { Delivery(username: $0) }, routesPushes: true)],
+                                app: app.id, receipt: nil)
+                            let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [], raisesBadge: Set(recipients), now: now)
+                            #expect(try await store.recordRoute(route, app: app.id))
+                        }
+                        return []
+                    }
+                }
+                group.addTask {
+                    // u7 receives from senders 2...7 (six members from each sender's position): 150 messages.
+                    var seen: [Int64] = []
+                    for _ in 0..<20_000 where seen.count < 6 * perSender {
+                        let page = try await store.inbox(of: "u7", app: app.id, after: seen.last ?? 0, limit: 50)
+                        seen += page.map(\.seq)
+                        if page.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+                    }
+                    return seen
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(followed == Array(1...Int64(6 * perSender)))
+            // Every raise counted: a last route hands each member their badge in a job's payload.
+            let probe = UInt64(99_999)
+            _ = try await store.append(
+                [NewMessage(message: text(probe, from: "u0", to: "u1"), deliveries: [], routesPushes: true)], app: app.id, receipt: nil)
+            let jobs = members.map { member in
+                NewPushJob(
+                    username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: "alert", priority: 10,
+                    expiration: 0, collapseID: nil, apnsID: "a", payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
+            }
+            #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, raisesBadge: [], now: now), app: app.id))
+            for (index, member) in members.enumerated() {
+                // Sender s reaches members s...s+5 (mod 10).
+                let received = perSender * (0..<8).filter { ((index - $0) % 10 + 10) % 10 < 6 }.count
+                let inbox = try await store.inbox(of: member, app: app.id, after: 0, limit: 1000)
+                #expect(inbox.map(\.seq) == Array(1...Int64(received)), "\(member)")
+                let payload = try await store.pushJobs(app: app.id, username: member, messageID: probe, limit: 1).first?.job.payload
+                #expect(payload == "{\"aps\":{\"x\":1,\"badge\":\(received)}}", "\(member)")
+            }
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func cursorsMoveForwardOnlyAndDriveOfflineCounts(kind: StoreKind) async throws {
         try await kind.withStore { store in

@@ -1,0 +1,176 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Logging
+import Synchronization
+
+/// Where devices are connected: on this node (`ConnectionRegistry`) and, on several nodes, on the others (`ClusterLink`).
+/// Sessions, sends and kicks go through it, so that none of them needs to know how many nodes there are.
+final class Switchboard: PresenceRegistry {
+    let local: ConnectionRegistry
+    let link: ClusterLink?
+
+    init(local: ConnectionRegistry, link: ClusterLink?) {
+        self.local = local
+        self.link = link
+    }
+
+    func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
+        guard let link else { return local.onlineDevices(of: usernames, app: app) }
+        return try await link.onlineDevices(of: usernames, app: app)
+    }
+
+    /// Registers a device's connection: from here on it counts as online, on every node. An earlier connection of the
+    /// device, here or on another node, is told to close (`replaced`).
+    func register(_ outbox: DeviceOutbox) async throws {
+        local.register(outbox)
+        try await link?.connected(outbox)
+    }
+
+    /// Removes the connection; true if the device went offline (it was not replaced by a newer connection meanwhile).
+    func unregister(_ outbox: DeviceOutbox) async -> Bool {
+        let wasRegistered = local.unregister(outbox)
+        guard let link else { return wasRegistered }
+        return await link.disconnected(outbox)
+    }
+
+    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes.
+    func deliver(_ entries: [InboxEntry], app: Int64) async {
+        local.deliver(entries, app: app)
+        guard let link else { return }
+        let users = Array(Set(entries.map(\.username))).sorted()
+        await link.relay(.fetch(app: app, users: users), to: users, app: app)
+    }
+
+    /// Hands an online-only message to the connected devices of `usernames`, except the device it came from.
+    func deliverOnline(_ message: Message, to usernames: [String], app: Int64, exceptDevice origin: String?) async {
+        local.deliverOnline(message, to: usernames, app: app, exceptDevice: origin)
+        await link?.relay(.online(app: app, message: message, to: usernames, exceptDevice: origin), to: usernames, app: app)
+    }
+
+    /// Closes every connection of the user, on every node.
+    func disconnectAll(of username: String, app: Int64, reason: String) async {
+        local.disconnectAll(of: username, app: app, reason: reason)
+        await link?.relay(.closeUser(app: app, username: username, reason: reason), to: [username], app: app)
+    }
+}
+
+/// What one node tells another through its mailbox.
+enum ClusterNotice: Codable, Sendable {
+    /// New stored messages for these users: their devices read them from the store.
+    case fetch(app: Int64, users: [String])
+    /// An online-only message (never stored) for these users' devices.
+    case online(app: Int64, message: Message, to: [String], exceptDevice: String?)
+    /// Close every connection of the user (kicked, deleted).
+    case closeUser(app: Int64, username: String, reason: String)
+    /// Close this connection of the device (it connected to another node).
+    case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64, reason: String)
+}
+
+/// This node's link to the others through the shared database: presence, and notices posted to the mailboxes of the nodes
+/// holding the devices concerned, each node woken by a coalesced notification (`ClusterService` reads its own mailbox).
+final class ClusterLink: Sendable {
+    let store: any ClusterStore
+    let node: ClusterNode
+    let local: ConnectionRegistry
+    let clock: @Sendable () -> Int64
+    let logger: Logger
+    /// Nodes to wake, sent together by `ClusterService`.
+    let wakeups = PendingWakeups()
+
+    init(store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger) {
+        self.store = store
+        self.node = node
+        self.local = local
+        self.clock = clock
+        self.logger = logger
+    }
+
+    func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
+        try await store.connections(of: usernames, app: app).mapValues { Set($0.keys) }
+    }
+
+    func connected(_ outbox: DeviceOutbox) async throws {
+        let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
+        let replaced = try await store.connect(device, through: DeviceConnection(node: node.epoch, id: outbox.connectionID), now: clock())
+        // The same node closed its own earlier connection when the device registered locally.
+        guard let replaced, replaced.node != node.epoch else { return }
+        await post(
+            [replaced.node: .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")])
+    }
+
+    func disconnected(_ outbox: DeviceOutbox) async -> Bool {
+        let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
+        do {
+            return try await store.disconnect(device, through: DeviceConnection(node: node.epoch, id: outbox.connectionID))
+        } catch {
+            // The presence row stays until this node leaves or dies; pushes to the device are skipped as `online` meanwhile.
+            logger.error("recording that a device went offline failed", metadata: ["user": "\(device.username)", "error": "\(error)"])
+            return false
+        }
+    }
+
+    /// Posts `notice` to every other node holding a connected device of `usernames`.
+    func relay(_ notice: ClusterNotice, to usernames: [String], app: Int64) async {
+        do {
+            let nodes = Set(try await store.connections(of: usernames, app: app).values.flatMap { $0.values.map(\.node) })
+            await post(Dictionary(uniqueKeysWithValues: nodes.subtracting([node.epoch]).map { ($0, notice) }))
+        } catch {
+            // Stored messages are not lost: the devices read them at their next sync.
+            logger.error("finding the nodes of connected devices failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func post(_ notices: [Int64: ClusterNotice]) async {
+        guard !notices.isEmpty else { return }
+        do {
+            let encoder = JSONEncoder()
+            let letters = try notices.map { Letter(node: $0.key, body: String(decoding: try encoder.encode($0.value), as: UTF8.self)) }
+            try await store.post(letters)
+            wakeups.add(Set(notices.keys))
+        } catch {
+            logger.error("posting to other nodes failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Acts on a letter from this node's mailbox.
+    func receive(_ body: String) {
+        let notice: ClusterNotice
+        do {
+            notice = try JSONDecoder().decode(ClusterNotice.self, from: Data(body.utf8))
+        } catch {
+            logger.error("a mailbox letter could not be read", metadata: ["error": "\(error)"])
+            return
+        }
+        switch notice {
+        case .fetch(let app, let users):
+            local.fetch(for: users, app: app)
+        case .online(let app, let message, let usernames, let origin):
+            local.deliverOnline(message, to: usernames, app: app, exceptDevice: origin)
+        case .closeUser(let app, let username, let reason):
+            local.disconnectAll(of: username, app: app, reason: reason)
+        case .closeDevice(let app, let username, let deviceID, let connection, let reason):
+            local.disconnect(DeviceKey(app: app, username: username, deviceID: deviceID), connection: connection, reason: reason)
+        }
+    }
+}
+
+/// Nodes waiting to be woken: whatever accumulates while one wake-up is sent goes in the next (coalescing).
+final class PendingWakeups: Sendable {
+    private let nodes = Mutex<Set<Int64>>([])
+    private let signal = WakeSignal()
+
+    func add(_ more: Set<Int64>) {
+        nodes.withLock { $0.formUnion(more) }
+        signal.signal()
+    }
+
+    /// The nodes to wake, waiting up to `limit` for some.
+    func take(waitingUpTo limit: Duration) async -> Set<Int64> {
+        await signal.wait(upTo: limit)
+        return nodes.withLock { nodes in
+            defer { nodes = [] }
+            return nodes
+        }
+    }
+}

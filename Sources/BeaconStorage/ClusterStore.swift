@@ -1,0 +1,103 @@
+/// One `beacon serve` process among several sharing a database.
+public struct ClusterNode: Sendable, Hashable {
+    /// Unique per process start (random): fences the node's push claims and names its mailbox and wake-up channel.
+    public var epoch: Int64
+    /// `--node-id`, or generated: for the people reading logs and tables.
+    public var name: String
+    /// 0..<1024, unique among live nodes: the node part of the message ids it makes.
+    public var slot: UInt16
+
+    public init(epoch: Int64, name: String, slot: UInt16) {
+        self.epoch = epoch
+        self.name = name
+        self.slot = slot
+    }
+}
+
+/// A device of a user within an app.
+public struct DeviceKey: Sendable, Hashable {
+    public var app: Int64
+    public var username: String
+    public var deviceID: String
+
+    public init(app: Int64, username: String, deviceID: String) {
+        self.app = app
+        self.username = username
+        self.deviceID = deviceID
+    }
+}
+
+/// One WebSocket connection of a device: the node holding it and an id unique across the cluster.
+public struct DeviceConnection: Sendable, Hashable {
+    /// The epoch of the node holding it.
+    public var node: Int64
+    public var id: Int64
+
+    public init(node: Int64, id: Int64) {
+        self.node = node
+        self.id = id
+    }
+}
+
+/// A note for one node's mailbox (its body is the server's business: JSON).
+public struct Letter: Sendable, Hashable {
+    /// The epoch of the node it is for.
+    public var node: Int64
+    public var body: String
+
+    public init(node: Int64, body: String) {
+        self.node = node
+        self.body = body
+    }
+}
+
+/// What a node left behind when it was declared dead.
+public struct DeadNodes: Sendable {
+    public var nodes: [ClusterNode]
+    /// The users (app id, username) whose devices were connected to them: those devices went offline.
+    public var users: [(app: Int64, username: String)]
+
+    public init(nodes: [ClusterNode], users: [(app: Int64, username: String)]) {
+        self.nodes = nodes
+        self.users = users
+    }
+}
+
+/// What several nodes on one database share beyond `BeaconStore`: membership with heartbeats, where each device is
+/// connected, and a mailbox per node for what one node must tell another (deliver, close a connection). An engine that
+/// serves one process only (SQLite) does not implement it.
+public protocol ClusterStore: BeaconStore {
+    /// Joins the cluster: a new random epoch and the lowest slot no live node holds. Fails when 1024 nodes are live.
+    /// Liveness is measured on the database's clock, so that nodes whose clocks disagree do not declare each other dead.
+    func joinCluster(name: String) async throws -> ClusterNode
+    /// Records that the node is alive; false when it was declared dead meanwhile (its row is gone: it must stop).
+    func heartbeat(_ node: ClusterNode) async throws -> Bool
+    /// Marks the node as gone (graceful shutdown): the next `removeDeadNodes`, on any node, cleans up after it at once.
+    func leaveCluster(_ node: ClusterNode) async throws
+    /// Declares dead every node silent for more than `silence` ms (or that left): releases its push claims (due at once)
+    /// and removes its presence, its mailbox and its row, each dead node by exactly one caller.
+    func removeDeadNodes(silentFor silence: Int64) async throws -> DeadNodes
+    /// The live nodes, oldest first.
+    func liveNodes() async throws -> [ClusterNode]
+
+    /// Records that the device is connected through `connection` (the newest connection wins); returns the connection it
+    /// replaced, if any.
+    func connect(_ device: DeviceKey, through connection: DeviceConnection, now: Int64) async throws -> DeviceConnection?
+    /// Removes the device's presence if `connection` is still the one recorded; true if it was (the device went offline).
+    func disconnect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> Bool
+    /// The connected devices of the users: username → device id → connection (users with none are absent).
+    func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]]
+
+    /// Puts letters in their nodes' mailboxes.
+    func post(_ letters: [Letter]) async throws
+    /// Takes (removes and returns) up to `limit` letters of the node's mailbox, oldest first.
+    func takeLetters(for node: Int64, limit: Int) async throws -> [String]
+    /// Tells the nodes their mailboxes have letters (a payload-less notification each; one round trip for all).
+    func wake(_ nodes: Set<Int64>) async throws
+    /// Calls `onWakeup` once listening and at every wake-up of `node`, until the listening connection ends (it throws
+    /// then) or the task is cancelled.
+    func listenForWakeups(of node: Int64, _ onWakeup: @escaping @Sendable () -> Void) async throws
+
+    /// As `claimPushJobs(now:lease:limit:)`, recording `node` as the claimant so that the node's death releases them.
+    func claimPushJobs(now: Int64, lease: Int64, limit: Int, node: Int64) async throws -> [PushJob]
+}
