@@ -5,7 +5,8 @@ import ServiceLifecycle
 /// A node's life in a cluster, as one service with five loops:
 /// - heartbeat every second (a node that finds it was declared dead stops: its claims and devices went to others);
 /// - declaring dead the nodes silent for `deadAfter` (any node may; each dead node is cleaned up by one): their push claims
-///   are released and the devices they held go offline (their `online` skips decided again);
+///   are released, the devices they held go offline (their `online` skips decided again), and every device still
+///   connected reads the store once (the dead node may have stored messages it never announced);
 /// - listening for wake-ups on a connection of its own, reconnected with backoff when it fails;
 /// - reading the mailbox at every wake-up and at least every `pollInterval` (a lost wake-up costs latency, not a notice);
 /// - waking other nodes, coalesced: the nodes that accumulate while one round trip runs go in the next.
@@ -67,6 +68,7 @@ struct ClusterService: Service {
                 for gone in dead.nodes {
                     logger.notice("declared a node dead", metadata: ["node": "\(gone.name)", "epoch": "\(gone.epoch)"])
                 }
+                if !dead.nodes.isEmpty { await link.resyncEveryone() }
                 if let router, !dead.users.isEmpty {
                     var apps: [Int64: AppRecord] = [:]
                     for (appID, username) in dead.users {

@@ -88,6 +88,12 @@ final class ConnectionRegistry: PresenceRegistry {
         if let outbox, outbox.connectionID == connection { outbox.close(reason: reason) }
     }
 
+    /// Tells every connected device to read what the store holds after its position.
+    func fetchForEveryone() {
+        let outboxes = connections.withLock { $0.values.flatMap(\.values) }
+        for outbox in outboxes { outbox.fetchFromStore() }
+    }
+
     /// Tells the connected devices of the users to read their new messages from the store (they were stored on
     /// another node).
     func fetch(for usernames: [String], app: Int64) {

@@ -65,6 +65,8 @@ enum ClusterNotice: Codable, Sendable {
     case closeUser(app: Int64, username: String, reason: String)
     /// Close this connection of the device (it connected to another node).
     case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64, reason: String)
+    /// A node died: messages it stored may never have been announced, so every connected device reads the store.
+    case resync
 }
 
 /// This node's link to the others through the shared database: presence, and notices posted to the mailboxes of the nodes
@@ -151,6 +153,20 @@ final class ClusterLink: Sendable {
             local.disconnectAll(of: username, app: app, reason: reason)
         case .closeDevice(let app, let username, let deviceID, let connection, let reason):
             local.disconnect(DeviceKey(app: app, username: username, deviceID: deviceID), connection: connection, reason: reason)
+        case .resync:
+            local.fetchForEveryone()
+        }
+    }
+
+    /// A node died (this one declared it): it may have stored messages it never announced to the devices connected
+    /// elsewhere (killed between its commit and its notices), so every device on every live node reads the store once.
+    func resyncEveryone() async {
+        local.fetchForEveryone()
+        do {
+            let others = try await store.liveNodes().map(\.epoch).filter { $0 != node.epoch }
+            await post(Dictionary(uniqueKeysWithValues: others.map { ($0, ClusterNotice.resync) }))
+        } catch {
+            logger.error("asking the other nodes to resynchronize their devices failed", metadata: ["error": "\(error)"])
         }
     }
 }

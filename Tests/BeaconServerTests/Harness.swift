@@ -47,6 +47,8 @@ struct TestBeacon: Sendable {
     let pushOutcomes: Collector<PushAttemptOutcome>
     /// Who is online on the server.
     let presence: any PresenceRegistry
+    /// The node in its cluster (PostgreSQL), nil on SQLite.
+    let clusterNode: ClusterNode?
     let directory: URL
 
     var appKey: String { "acme#chat" }
@@ -74,6 +76,30 @@ struct TestBeacon: Sendable {
         var logger = Logger(label: "beacon.test.postgres")
         logger.logLevel = .error
         return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger, body)
+    }
+
+    /// Runs `body` against `count` nodes sharing one fresh PostgreSQL schema, each with its own connection pool as separate
+    /// processes have (needs `BEACON_TEST_POSTGRES_URL`).
+    static func runNodes<T: Sendable>(
+        _ count: Int, clock: TestClock? = nil, push: APNsSimulator? = nil, _ body: @Sendable ([TestBeacon]) async throws -> T
+    ) async throws -> T {
+        let base = try #require(ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"])
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-cluster-\(UUID().uuidString)")
+        let schema = "c_" + UUID().uuidString.lowercased().filter { $0.isLetter || $0.isNumber }
+        let logger = {
+            var logger = Logger(label: "beacon.test.postgres")
+            logger.logLevel = .error
+            return logger
+        }()
+        @Sendable func start(_ started: [TestBeacon]) async throws -> T {
+            guard started.count < count else { return try await body(started) }
+            return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger) { store in
+                try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: nil, hooks: BeaconHooks()) { beacon in
+                    try await start(started + [beacon])
+                }
+            }
+        }
+        return try await start([])
     }
 
     private static func run<T: Sendable>(
@@ -121,7 +147,7 @@ struct TestBeacon: Sendable {
             let token = server.issueToken(app: app)
             let beacon = TestBeacon(
                 baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token, pushOutcomes: pushOutcomes,
-                presence: server.presence, directory: directory)
+                presence: server.presence, clusterNode: server.clusterNode, directory: directory)
             do {
                 let result = try await body(beacon)
                 await services.triggerGracefulShutdown()

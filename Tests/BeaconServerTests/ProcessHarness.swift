@@ -107,10 +107,12 @@ struct ServerProcess: Sendable {
     let baseURL: URL
     let port: Int
 
-    static func start(dataDirectory: URL, simulator: SimulatorProcess, extra: [String] = []) async throws -> ServerProcess {
+    static func start(dataDirectory: URL, simulator: SimulatorProcess, extra: [String] = [], environment: [String: String] = [:])
+        async throws -> ServerProcess
+    {
         let process = try BeaconProcess(
             ["serve", "--port", "0", "--data-dir", dataDirectory.path, "--apns-endpoint", simulator.apnsURL, "--apns-ca", simulator.caFile] + extra,
-            environment: ["BEACON_LOG_LEVEL": "notice"])
+            environment: environment.merging(["BEACON_LOG_LEVEL": "notice"]) { first, _ in first })
         let ready = try await process.line(containing: "Beacon listening on http://")
         guard let portText = ready.split(separator: ":").last.map({ $0.filter(\.isNumber) }), let port = Int(portText) else {
             throw HTTPError(description: "no port in: \(ready)")

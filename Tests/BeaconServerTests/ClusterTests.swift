@@ -1,0 +1,144 @@
+import APNsSimulator
+import BeaconCore
+@testable import BeaconPostgres
+import BeaconProtocol
+import BeaconServer
+import BeaconStorage
+import Foundation
+import PostgresNIO
+import Testing
+
+private let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil
+
+/// Several nodes on one PostgreSQL, in one process: each node has its own pool, presence and mailbox, as separate
+/// processes would (`MultiNodeProcessTests` kills real ones).
+@Suite(.enabled(if: postgresAvailable, "needs BEACON_TEST_POSTGRES_URL"))
+struct ClusterTests {
+    @Test func aMessageSentOnOneNodeReachesADeviceOnAnotherLive() async throws {
+        try await TestBeacon.runNodes(2) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            try await a.createUsers("alice", "bob")
+            let bob = try await a.connect("bob")
+            try await bob.events.synced()
+            let alice = try await b.connect("alice")
+            try await alice.events.synced()
+            _ = try await alice.send(to: "bob", "stored")
+            _ = try await alice.send(to: "bob", "online only", onlineOnly: true)
+            let (status, _) = try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "rest"]])
+            #expect(status == 200)
+            let texts = try await bob.messages.wait { $0.count >= 3 }.map(\.content)
+            #expect(Set(texts) == [.text("stored"), .text("online only"), .text("rest")])
+            await bob.client.logout()
+            await alice.client.logout()
+        }
+    }
+
+    @Test func aDeviceConnectingToAnotherNodeReplacesItsConnectionThere() async throws {
+        try await TestBeacon.runNodes(2) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            try await a.createUsers("bob")
+            let first = try await RawDevice.connect(a, "bob", device: "phone")
+            let second = try await RawDevice.connect(b, "bob", device: "phone")
+            try await first.frames.wait { $0.contains { if case .closing("replaced") = $0 { true } else { false } } }
+            await first.close()
+            // The replaced connection ending does not take the device offline: it is connected to the other node.
+            #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1) == ["bob": ["phone"]])
+            await second.close()
+            for _ in 0..<500 where try await !b.presence.onlineDevices(of: ["bob"], app: 1).isEmpty {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
+        }
+    }
+
+    @Test func aKickOnOneNodeClosesTheDeviceOnAnother() async throws {
+        try await TestBeacon.runNodes(2) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            try await a.createUsers("bob")
+            let device = try await RawDevice.connect(a, "bob", device: "phone")
+            let (status, _) = try await b.rest("POST", "/users/bob/disconnect")
+            #expect(status == 200)
+            try await device.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
+            await device.close()
+        }
+    }
+
+    /// Bob's phone is online on node A while alice writes through node B: B's decision sees it (skipped `online`); when the
+    /// phone leaves A, the message is decided again and pushed.
+    @Test func pushDecisionsSeeDevicesOnEveryNode() async throws {
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(2, push: simulator) { nodes in
+                let (a, b) = (nodes[0], nodes[1])
+                try await a.createUsers("alice", "bob")
+                try await a.uploadP8()
+                #expect(try await a.bind("bob", device: "phone", token: String(repeating: "ab", count: 32)).0 == 200)
+                let phone = try await RawDevice.connect(a, "bob", device: "phone")
+                let (status, _) = try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await b.deliveries(of: "bob") { $0.first?["status"]?.stringValue == "skipped" && $0.first?["reason"]?.stringValue == "online" }
+                await phone.close()
+                let records = try await b.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
+                #expect(records.filter { $0["status"]?.stringValue == "sent" }.count == 1)
+                #expect(simulator.deliveries(deviceToken: String(repeating: "ab", count: 32)).count == 1)
+            }
+        }
+    }
+
+    /// A node that dies holding a device: once it is declared dead, the device counts as offline and what it was online for
+    /// is pushed; its mailbox and presence are gone.
+    @Test func aDeadNodesDevicesAreTakenOfflineAndPushed() async throws {
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(1, push: simulator) { nodes in
+                let a = nodes[0]
+                let store = try #require(a.store as? PostgresStore)
+                try await a.createUsers("alice", "bob")
+                try await a.uploadP8()
+                let token = String(repeating: "cd", count: 32)
+                #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
+                // Another node, which will never beat, holds bob's phone.
+                let doomed = try await store.joinCluster(name: "doomed")
+                let app = try #require(try await store.app(AppKey(org: "acme", name: "chat")))
+                _ = try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "phone"), through: DeviceConnection(node: doomed.epoch, id: 1), now: 0)
+                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
+                try await store.execute("UPDATE cluster_nodes SET heartbeat_at = heartbeat_at - 6000 WHERE epoch = \(doomed.epoch)")
+                try await a.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
+                #expect(simulator.deliveries(deviceToken: token).count == 1)
+                #expect(try await store.liveNodes().map(\.epoch) == [try #require(a.clusterNode).epoch])
+            }
+        }
+    }
+
+    /// The wake-up connection is killed: the mailbox is still read (polling), the listener comes back, nothing is lost.
+    @Test func aKilledWakeUpConnectionCostsNoMessage() async throws {
+        try await TestBeacon.runNodes(2) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            let store = try #require(a.store as? PostgresStore)
+            try await a.createUsers("alice", "bob")
+            let bob = try await a.connect("bob")
+            try await bob.events.synced()
+            // This test's two listeners (other tests run beside it on the same server).
+            let channels = try [a, b].map { "'LISTEN \"beacon_node_\(try #require($0.clusterNode).epoch)\";'" }.joined(separator: ",")
+            let listening = "SELECT count(*) AS n FROM pg_stat_activity WHERE query IN (\(channels))"
+            for _ in 0..<500 where try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 < 2 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let killed = try await store.execute(
+                PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query IN (\(channels))"))
+            #expect(killed == 2)
+            for index in 0..<5 {
+                let (status, _) = try await b.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string("m\(index)")]])
+                #expect(status == 200)
+            }
+            #expect(try await bob.messages.wait { $0.count >= 5 }.count == 5)
+            // Both nodes listen again.
+            for _ in 0..<1000 where try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 < 2 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2)
+            await bob.client.logout()
+        }
+    }
+}
