@@ -1,3 +1,4 @@
+import BeaconCore
 import BeaconStorage
 import PostgresNIO
 
@@ -23,16 +24,18 @@ extension PostgresStore: ClusterStore {
         let epoch = Int64.random(in: 1...Int64.max)
         return try await transaction { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.joinLock))", logger: logger)
+            // A random free slot rather than the lowest: a slot freed by a node just declared dead is unlikely to be taken
+            // again at once (its last ids and the new holder's first ones share the node bits).
             let rows = try await connection.query(
                 """
                 INSERT INTO cluster_nodes (epoch, name, slot, started_at, heartbeat_at)
                 SELECT \(epoch), \(name), s, \(unescaped: Self.databaseNow), \(unescaped: Self.databaseNow) FROM generate_series(0, 1023) AS s
-                WHERE s NOT IN (SELECT slot FROM cluster_nodes) ORDER BY s LIMIT 1
+                WHERE s NOT IN (SELECT slot FROM cluster_nodes) ORDER BY random() LIMIT 1
                 RETURNING slot
                 """, logger: logger
             ).collect()
             guard let slot = try rows.first?.decode(Int.self) else { throw ClusterFull() }
-            return ClusterNode(epoch: epoch, name: name, slot: UInt16(slot))
+            return try Self.node(epoch: epoch, name: name, slot: slot)
         }
     }
 
@@ -49,24 +52,35 @@ extension PostgresStore: ClusterStore {
         try await execute("UPDATE cluster_nodes SET heartbeat_at = 0 WHERE epoch = \(node.epoch)")
     }
 
-    public func removeDeadNodes(silentFor silence: Int64) async throws -> DeadNodes {
+    public func removeDeadNodes(silentFor silence: Int64, by rescuer: ClusterNode) async throws -> DeadNodes? {
         try await transaction { connection in
-            // Each dead node is locked by the one caller that cleans up after it; the others skip it.
-            let dead = try await connection.query(
+            let alive = try await connection.query(
                 """
-                SELECT epoch, name, slot FROM cluster_nodes WHERE heartbeat_at < \(unescaped: Self.databaseNow) - \(silence)
+                UPDATE cluster_nodes SET heartbeat_at = \(unescaped: Self.databaseNow) WHERE epoch = \(rescuer.epoch) AND heartbeat_at > 0
+                RETURNING 1
+                """, logger: logger
+            ).collect().count == 1
+            guard alive else { return nil }
+            // Each dead node is locked by the one caller that cleans up after it; the others skip it.
+            var dead: [ClusterNode] = []
+            var died: [ClusterNode] = []
+            for row in try await connection.query(
+                """
+                SELECT epoch, name, slot, heartbeat_at FROM cluster_nodes WHERE heartbeat_at < \(unescaped: Self.databaseNow) - \(silence)
                 ORDER BY epoch FOR UPDATE SKIP LOCKED
                 """, logger: logger
-            ).collect().map { row in
-                let (epoch, name, slot) = try row.decode((Int64, String, Int).self)
-                return ClusterNode(epoch: epoch, name: name, slot: UInt16(slot))
+            ).collect() {
+                let (epoch, name, slot, heartbeat) = try row.decode((Int64, String, Int, Int64).self)
+                let node = try Self.node(epoch: epoch, name: name, slot: slot)
+                dead.append(node)
+                if heartbeat > 0 { died.append(node) }
             }
-            guard !dead.isEmpty else { return DeadNodes(nodes: [], users: []) }
+            guard !dead.isEmpty else { return DeadNodes(nodes: [], died: [], users: []) }
             let epochs = dead.map(\.epoch)
             try await connection.query(
                 """
                 UPDATE push_jobs SET claimed_until = 0, claimed_by = 0
-                WHERE claimed_by = ANY(\(epochs)) AND status = 'pending'
+                WHERE claimed_by = ANY(\(epochs)) AND status = 'pending' AND claimed_by != 0
                 """, logger: logger)
             var users: [(app: Int64, username: String)] = []
             var seen: Set<String> = []
@@ -78,39 +92,56 @@ extension PostgresStore: ClusterStore {
             }
             try await connection.query("DELETE FROM node_mailbox WHERE node_epoch = ANY(\(epochs))", logger: logger)
             try await connection.query("DELETE FROM cluster_nodes WHERE epoch = ANY(\(epochs))", logger: logger)
-            return DeadNodes(nodes: dead, users: users)
+            return DeadNodes(nodes: dead, died: died, users: users)
         }
     }
 
     public func liveNodes() async throws -> [ClusterNode] {
         try await rows("SELECT epoch, name, slot FROM cluster_nodes WHERE heartbeat_at > 0 ORDER BY started_at, epoch").map { row in
-            ClusterNode(
-                epoch: try row["epoch"].decode(Int64.self), name: try row["name"].decode(String.self),
-                slot: UInt16(try row["slot"].decode(Int.self)))
+            try Self.node(epoch: try row["epoch"].decode(Int64.self), name: try row["name"].decode(String.self), slot: try row["slot"].decode(Int.self))
         }
+    }
+
+    /// A node read from `cluster_nodes` (a slot out of range is a corrupt row: an error, not a trap).
+    private static func node(epoch: Int64, name: String, slot: Int) throws -> ClusterNode {
+        guard let slot = UInt16(exactly: slot), slot < 1024 else {
+            throw BeaconError(.internalError, "cluster_nodes holds slot \(slot) for node \(name); slots are 0-1023")
+        }
+        return ClusterNode(epoch: epoch, name: name, slot: slot)
     }
 
     // MARK: Presence
 
-    public func connect(_ device: DeviceKey, through connection: DeviceConnection, now: Int64) async throws -> DeviceConnection? {
-        // The row is locked by the upsert, so the old values are read in the same statement.
-        let rows = try await rows(
-            """
-            WITH old AS (
-                SELECT node_epoch, connection_id FROM device_presence
-                WHERE app_id = \(device.app) AND username = \(device.username) AND device_id = \(device.deviceID) FOR UPDATE),
-            upserted AS (
+    public func connect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> ConnectOutcome {
+        try await transaction { transaction in
+            // The node must still be live, and stays so until commit: a rescuer skips (FOR UPDATE SKIP LOCKED) a node so locked, so a
+            // node declared dead can never leave a presence row behind.
+            let live = try await transaction.query(
+                "SELECT 1 FROM cluster_nodes WHERE epoch = \(connection.node) AND heartbeat_at > 0 FOR KEY SHARE", logger: logger
+            ).collect().count == 1
+            guard live else { return .nodeGone }
+            // One connection of a device at a time: two first connections would otherwise both insert, neither seeing the other.
+            let lockKey = "presence/\(device.app)/\(device.username)/\(device.deviceID)"
+            try await transaction.query("SELECT pg_advisory_xact_lock(hashtextextended(\(lockKey), 0))", logger: logger)
+            let earlier = try await transaction.query(
+                """
+                SELECT node_epoch, connection_id, connected_at FROM device_presence
+                WHERE app_id = \(device.app) AND username = \(device.username) AND device_id = \(device.deviceID)
+                """, logger: logger
+            ).collect().first.map { row in
+                let (node, id, openedAt) = try row.decode((Int64, Int64, Int64).self)
+                return DeviceConnection(node: node, id: id, openedAt: openedAt)
+            }
+            if let earlier, earlier.openedAt > connection.openedAt { return .superseded(by: earlier) }
+            try await transaction.query(
+                """
                 INSERT INTO device_presence (app_id, username, device_id, node_epoch, connection_id, connected_at)
-                VALUES (\(device.app), \(device.username), \(device.deviceID), \(connection.node), \(connection.id), \(now))
+                VALUES (\(device.app), \(device.username), \(device.deviceID), \(connection.node), \(connection.id), \(connection.openedAt))
                 ON CONFLICT (app_id, username, device_id) DO UPDATE
                 SET node_epoch = excluded.node_epoch, connection_id = excluded.connection_id, connected_at = excluded.connected_at
-                RETURNING 1)
-            SELECT old.node_epoch, old.connection_id FROM old, upserted
-            """)
-        guard let row = rows.first else { return nil }
-        let node = try row["node_epoch"].decode(Int64.self)
-        let id = try row["connection_id"].decode(Int64.self)
-        return node == connection.node && id == connection.id ? nil : DeviceConnection(node: node, id: id)
+                """, logger: logger)
+            return .connected(replacing: earlier.flatMap { $0.node == connection.node && $0.id == connection.id ? nil : $0 })
+        }
     }
 
     public func disconnect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> Bool {
@@ -128,12 +159,13 @@ extension PostgresStore: ClusterStore {
         var found: [String: [String: DeviceConnection]] = [:]
         for row in try await rows(
             """
-            SELECT username, device_id, node_epoch, connection_id FROM device_presence
+            SELECT username, device_id, node_epoch, connection_id, connected_at FROM device_presence
             WHERE app_id = \(app) AND username = ANY(\(usernames))
             """)
         {
             found[try row["username"].decode(String.self), default: [:]][try row["device_id"].decode(String.self)] = DeviceConnection(
-                node: try row["node_epoch"].decode(Int64.self), id: try row["connection_id"].decode(Int64.self))
+                node: try row["node_epoch"].decode(Int64.self), id: try row["connection_id"].decode(Int64.self),
+                openedAt: try row["connected_at"].decode(Int64.self))
         }
         return found
     }
@@ -145,7 +177,8 @@ extension PostgresStore: ClusterStore {
         try await execute(
             """
             INSERT INTO node_mailbox (node_epoch, body)
-            SELECT n, b FROM unnest(\(letters.map(\.node))::bigint[], \(letters.map(\.body))::text[]) WITH ORDINALITY AS l(n, b, o) ORDER BY o
+            SELECT n, b FROM unnest(\(letters.map(\.node))::bigint[], \(letters.map(\.body))::text[]) WITH ORDINALITY AS l(n, b, o)
+            WHERE n IN (SELECT epoch FROM cluster_nodes) ORDER BY o
             """)
     }
 

@@ -176,7 +176,8 @@ extension PostgresStore {
                 // Every live node, beating every second; a node silent for 5 s is declared dead by another.
                 """
                 CREATE TABLE cluster_nodes (
-                    epoch BIGINT PRIMARY KEY, name TEXT NOT NULL, slot INT NOT NULL UNIQUE, started_at BIGINT NOT NULL,
+                    epoch BIGINT PRIMARY KEY, name TEXT NOT NULL, slot INT NOT NULL UNIQUE CHECK (slot BETWEEN 0 AND 1023),
+                    started_at BIGINT NOT NULL,
                     heartbeat_at BIGINT NOT NULL)
                 """,
                 // Which node holds each connected device. Logged, not UNLOGGED: a PostgreSQL crash must not forget devices

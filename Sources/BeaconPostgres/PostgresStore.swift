@@ -3,6 +3,7 @@ import BeaconStorage
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// The PostgreSQL store, through postgres-nio's pool: several `beacon serve` nodes share one database (`ClusterStore`).
 ///
@@ -19,6 +20,10 @@ public final class PostgresStore: BeaconStore {
     let logger: Logger
     /// The schema Beacon's tables live in, when not the database's default (`?schema=` in the URL).
     let schema: String?
+    private let roundTrips = Atomic<Int>(0)
+
+    /// Transactions and single statements run so far (each is one transaction on the server): for benchmarks.
+    public var transactionsRun: Int { roundTrips.load(ordering: .relaxed) }
 
     /// A store on `client` (which the caller runs), its tables in `schema` (which the client's connections must have as
     /// their `search_path`) or the default one. Call `migrate()` before use.
@@ -75,7 +80,8 @@ public final class PostgresStore: BeaconStore {
         var configuration = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: components.user ?? "postgres", password: components.password,
             database: database.isEmpty ? nil : database, tls: tls)
-        configuration.options.maximumConnections = max(1, Int(query["pool_size"] ?? "") ?? 16)
+        // Three at least: a node keeps one for its wake-ups, and its heartbeat must not wait behind everything else.
+        configuration.options.maximumConnections = max(3, Int(query["pool_size"] ?? "") ?? 16)
         let schema = query["schema"]
         if let schema {
             guard !schema.isEmpty, schema.utf8.count <= 63, schema.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
@@ -92,6 +98,7 @@ public final class PostgresStore: BeaconStore {
     /// failure: both mean "try again", and nothing of the failed attempt was kept. An error `body` throws is rethrown as
     /// it was (after the rollback).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        roundTrips.add(1, ordering: .relaxed)
         var attempt = 0
         while true {
             attempt += 1
@@ -115,13 +122,15 @@ public final class PostgresStore: BeaconStore {
 
     /// Rows of a query on the pool (a read, or a single statement that commits on its own).
     func rows(_ query: PostgresQuery) async throws -> [PostgresRandomAccessRow] {
-        try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
+        roundTrips.add(1, ordering: .relaxed)
+        return try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
     }
 
     /// Runs a statement on the pool; the number of rows it returned (use `RETURNING 1` to count the rows changed).
     @discardableResult
     func execute(_ query: PostgresQuery) async throws -> Int {
-        try await client.query(query, logger: logger).collect().count
+        roundTrips.add(1, ordering: .relaxed)
+        return try await client.query(query, logger: logger).collect().count
     }
 
     /// Maps a unique violation to `duplicate`.

@@ -83,6 +83,10 @@ public struct BeaconServer: Sendable {
     public var presence: any PresenceRegistry { switchboard }
     /// This node in its cluster, when the store is shared by several (PostgreSQL).
     public var clusterNode: ClusterNode? { switchboard.link?.node }
+    /// Letters this node posted to others and wake-up notifications it sent, so far (nil alone on SQLite): for benchmarks.
+    public var clusterTraffic: (letters: Int, notifications: Int)? {
+        switchboard.link.map { ($0.lettersPosted, $0.wakeups.notificationsSent) }
+    }
     let switchboard: Switchboard
     let cursors: CursorBook
     let messages: MessageService

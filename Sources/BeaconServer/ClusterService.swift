@@ -2,14 +2,17 @@ import BeaconStorage
 import Logging
 import ServiceLifecycle
 
-/// A node's life in a cluster, as one service with five loops:
-/// - heartbeat every second (a node that finds it was declared dead stops: its claims and devices went to others);
-/// - declaring dead the nodes silent for `deadAfter` (any node may; each dead node is cleaned up by one): their push claims
+/// A node's life in a cluster, as one service with six loops:
+/// - heartbeat every second (a node that finds it was declared dead stops: its claims and devices went to others; one
+///   whose heartbeats fail claims no pushes after `safeSilence`);
+/// - declaring dead the nodes silent for `deadAfter` (any node whose own heartbeats have succeeded for that long: after
+///   an outage everyone is late; each dead node is cleaned up by one): their push claims
 ///   are released, the devices they held go offline (their `online` skips decided again), and every device still
 ///   connected reads the store once (the dead node may have stored messages it never announced);
 /// - listening for wake-ups on a connection of its own, reconnected with backoff when it fails;
 /// - reading the mailbox at every wake-up and at least every `pollInterval` (a lost wake-up costs latency, not a notice);
-/// - waking other nodes, coalesced: the nodes that accumulate while one round trip runs go in the next.
+/// - waking other nodes, coalesced: the nodes that accumulate while one round trip runs go in the next;
+/// - making every device here read the store once when a node died (paced, coalesced).
 /// On graceful shutdown (it stops after every other service of the node) it leaves, so that its claims and presence are
 /// released at once rather than after `deadAfter`.
 struct ClusterService: Service {
@@ -19,6 +22,8 @@ struct ClusterService: Service {
 
     static let heartbeatInterval: Duration = .seconds(1)
     static let deadAfter: Int64 = 5000
+    /// A node whose last heartbeat is older than this claims no pushes (others may declare it dead at `deadAfter`).
+    static let safeSilence: Duration = .seconds(4)
     static let pollInterval: Duration = .milliseconds(250)
     static let lettersPerRead = 500
 
@@ -39,6 +44,7 @@ struct ClusterService: Service {
             group.addTask { await self.listen(waking: mailbox) }
             group.addTask { await self.readMailbox(wokenBy: mailbox) }
             group.addTask { await self.wakeOthers() }
+            group.addTask { await self.resyncDevices() }
         }
         do {
             try await store.leaveCluster(node)
@@ -53,34 +59,57 @@ struct ClusterService: Service {
             guard Task.serviceShouldContinue else { return }
             do {
                 if try await !store.heartbeat(node) { throw DeclaredDead() }
+                link.noteHeartbeat()
             } catch let error as DeclaredDead {
                 throw error
             } catch {
-                logger.error("heartbeat failed", metadata: ["error": "\(error)"])
+                link.noteHeartbeatFailed()
+                logger.error("heartbeat failed", metadata: ["error": "\(String(reflecting: error))"])
             }
         }
     }
 
     private func rescue() async {
         while Task.serviceShouldContinue {
-            do {
-                let dead = try await store.removeDeadNodes(silentFor: Self.deadAfter)
-                for gone in dead.nodes {
-                    logger.notice("declared a node dead", metadata: ["node": "\(gone.name)", "epoch": "\(gone.epoch)"])
-                }
-                if !dead.nodes.isEmpty { await link.resyncEveryone() }
-                if let router, !dead.users.isEmpty {
-                    var apps: [Int64: AppRecord] = [:]
-                    for (appID, username) in dead.users {
-                        if apps[appID] == nil { apps[appID] = try await store.app(id: appID) }
-                        guard let app = apps[appID] else { continue }
-                        await router.deviceWentOffline(username, app: app)
-                    }
-                }
-            } catch {
-                logger.error("declaring silent nodes dead failed", metadata: ["error": "\(error)"])
-            }
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.heartbeatInterval) }
+            // After an outage (of the database, or of this node's contact with it) the others' heartbeats are late too.
+            guard Task.serviceShouldContinue, link.hasBeatenSteadily(for: .milliseconds(Self.deadAfter)) else { continue }
+            do {
+                // nil: this node was declared dead itself; its heartbeat loop finds out and stops the node.
+                guard let dead = try await store.removeDeadNodes(silentFor: Self.deadAfter, by: node) else { continue }
+                for gone in dead.nodes {
+                    let died = dead.died.contains(gone)
+                    logger.notice(died ? "declared a node dead" : "a node left", metadata: ["node": "\(gone.name)", "epoch": "\(gone.epoch)"])
+                }
+                // A node that left gracefully announced everything it stored; one that died may not have.
+                if !dead.died.isEmpty { await link.resyncEveryone() }
+                await takeOffline(dead.users)
+            } catch {
+                logger.error("declaring silent nodes dead failed", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+    }
+
+    /// The devices of these users were on a dead node: what they were online for is decided again (each user on their
+    /// own, so that one failure does not skip the others; the router's periodic pass catches what still fails).
+    private func takeOffline(_ users: [(app: Int64, username: String)]) async {
+        guard let router else { return }
+        var apps: [Int64: AppRecord] = [:]
+        for (appID, username) in users {
+            do {
+                if apps[appID] == nil { apps[appID] = try await store.app(id: appID) }
+                guard let app = apps[appID] else { continue }
+                await router.deviceWentOffline(username, app: app)
+            } catch {
+                logger.error("deciding again for a dead node's device failed", metadata: ["user": "\(username)", "error": "\(error)"])
+            }
+        }
+    }
+
+    private func resyncDevices() async {
+        while Task.serviceShouldContinue {
+            await cancelWhenGracefulShutdown { await link.resyncs.wait(upTo: .seconds(1)) }
+            if link.takeResyncRequest() { await link.local.fetchForEveryone() }
         }
     }
 
@@ -123,6 +152,7 @@ struct ClusterService: Service {
             guard !nodes.isEmpty else { continue }
             do {
                 try await store.wake(nodes)
+                link.wakeups.noteSent(nodes.count)
             } catch {
                 logger.warning("waking other nodes failed (they poll their mailboxes)", metadata: ["error": "\(error)"])
             }

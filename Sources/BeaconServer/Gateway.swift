@@ -34,7 +34,8 @@ struct DeviceSession {
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         switchboard.local.sessionBegan()
         defer { switchboard.local.sessionEnded() }
-        let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
+        let outbox = DeviceOutbox(
+            user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit, openedAt: messages.now())
         let result: Result<Void, any Error>
         do {
             try await switchboard.register(outbox)

@@ -88,10 +88,14 @@ final class ConnectionRegistry: PresenceRegistry {
         if let outbox, outbox.connectionID == connection { outbox.close(reason: reason) }
     }
 
-    /// Tells every connected device to read what the store holds after its position.
-    func fetchForEveryone() {
+    /// Tells every connected device to read what the store holds after its position, 500 devices every 50 ms, so that the
+    /// reads do not all queue for the database at once.
+    func fetchForEveryone() async {
         let outboxes = connections.withLock { $0.values.flatMap(\.values) }
-        for outbox in outboxes { outbox.fetchFromStore() }
+        for (index, outbox) in outboxes.enumerated() {
+            if index > 0, index % 500 == 0 { try? await Task.sleep(for: .milliseconds(50)) }
+            outbox.fetchFromStore()
+        }
     }
 
     /// Tells the connected devices of the users to read their new messages from the store (they were stored on
@@ -126,6 +130,8 @@ final class DeviceOutbox: Sendable {
     let deviceID: String
     /// Unique across the cluster: tells this connection from the device's earlier and later ones.
     let connectionID = Int64.random(in: 1...Int64.max)
+    /// When the device opened it (ms): of two connections of one device on different nodes, the later wins.
+    let openedAt: Int64
     /// Wakes the writer; holds at most one pending wake-up.
     let wakeups: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
@@ -146,8 +152,9 @@ final class DeviceOutbox: Sendable {
         var closeReason: String?
     }
 
-    init(user: UserKey, deviceID: String, limit: Int) {
+    init(user: UserKey, deviceID: String, limit: Int, openedAt: Int64 = 0) {
         self.user = user
+        self.openedAt = openedAt
         self.deviceID = deviceID
         self.limit = limit
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))

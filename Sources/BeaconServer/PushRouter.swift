@@ -34,6 +34,8 @@ final class PushRouter: Service, Sendable {
     static let sweepAge: Int64 = 2000
     /// Messages decided again per offline device, at most.
     static let rerouteLimit = 1000
+    /// How often the `online` skips of devices now offline are looked for, beyond those a device's leaving decides again.
+    static let redecideInterval: Duration = .seconds(60)
 
     init(
         store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
@@ -105,11 +107,17 @@ final class PushRouter: Service, Sendable {
     }
 
     /// Routes what was left pending (a crash between storing and routing, or a failed routing), then keeps watching.
-    /// Beside it, as the process starts with no device online, decides again the `online` skips nobody acknowledged:
-    /// their devices' connections ended with the previous process (kill -9 or power loss) without going offline here.
+    /// Beside it, at start and then every minute, decides again the `online` skips nobody acknowledged whose devices are
+    /// offline: at start, their connections ended with the previous process (kill -9 or power loss) without going offline
+    /// here; later, a re-decision that failed (the database was unreachable when the device left, or when its node died).
     func run() async throws {
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.redecideAfterRestart() }
+            group.addTask {
+                while Task.serviceShouldContinue {
+                    await self.redecideOfflineSkips()
+                    try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.redecideInterval) }
+                }
+            }
             while Task.serviceShouldContinue {
                 do {
                     try await sweep()
@@ -122,7 +130,7 @@ final class PushRouter: Service, Sendable {
         }
     }
 
-    private func redecideAfterRestart() async {
+    private func redecideOfflineSkips() async {
         do {
             var apps: [Int64: AppRecord] = [:]
             for (appID, username) in try await store.usersWithUnacknowledgedOnlineSkips(limit: 100_000) {

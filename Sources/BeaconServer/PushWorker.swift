@@ -80,6 +80,8 @@ final class PushWorker: Service, Sendable {
 
     /// Claims and sends one batch; false if there was nothing due.
     func runOnce() async throws -> Bool {
+        // A node that could not beat for a while may be declared dead any moment, its claims released to others.
+        if let cluster, !cluster.isSafelyAlive { return false }
         let jobs =
             if let cluster {
                 try await cluster.store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch, node: cluster.node.epoch)

@@ -79,6 +79,15 @@ final class ClusterLink: Sendable {
     let logger: Logger
     /// Nodes to wake, sent together by `ClusterService`.
     let wakeups = PendingWakeups()
+    private let posted = Atomic<Int>(0)
+    /// Wakes `ClusterService`'s resync loop.
+    let resyncs = WakeSignal()
+    private let resyncWanted = Atomic<Bool>(false)
+    private let lastHeartbeat = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+    private let healthySince = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+
+    /// Letters posted to other nodes so far.
+    var lettersPosted: Int { posted.load(ordering: .relaxed) }
 
     init(store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger) {
         self.store = store
@@ -92,19 +101,35 @@ final class ClusterLink: Sendable {
         try await store.connections(of: usernames, app: app).mapValues { Set($0.keys) }
     }
 
+    /// This node was declared dead: it takes no more connections (it is about to stop).
+    struct NodeGone: Error, CustomStringConvertible {
+        var description: String { "this node is no longer a live member of the cluster" }
+    }
+
     func connected(_ outbox: DeviceOutbox) async throws {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
-        let replaced = try await store.connect(device, through: DeviceConnection(node: node.epoch, id: outbox.connectionID), now: clock())
-        // The same node closed its own earlier connection when the device registered locally.
-        guard let replaced, replaced.node != node.epoch else { return }
-        await post(
-            [replaced.node: .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")])
+        switch try await store.connect(device, through: connection(of: outbox)) {
+        case .connected(let replaced?) where replaced.node != node.epoch:
+            await post(
+                [replaced.node: .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")])
+        case .connected:
+            break  // nothing replaced, or an earlier connection here, which the local registry closed
+        case .superseded:
+            // The device opened a later connection (to another node) that registered first: this one is the stale one.
+            outbox.close(reason: "replaced")
+        case .nodeGone:
+            throw NodeGone()
+        }
+    }
+
+    private func connection(of outbox: DeviceOutbox) -> DeviceConnection {
+        DeviceConnection(node: node.epoch, id: outbox.connectionID, openedAt: outbox.openedAt)
     }
 
     func disconnected(_ outbox: DeviceOutbox) async -> Bool {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         do {
-            return try await store.disconnect(device, through: DeviceConnection(node: node.epoch, id: outbox.connectionID))
+            return try await store.disconnect(device, through: connection(of: outbox))
         } catch {
             // The presence row stays until this node leaves or dies; pushes to the device are skipped as `online` meanwhile.
             logger.error("recording that a device went offline failed", metadata: ["user": "\(device.username)", "error": "\(error)"])
@@ -114,24 +139,39 @@ final class ClusterLink: Sendable {
 
     /// Posts `notice` to every other node holding a connected device of `usernames`.
     func relay(_ notice: ClusterNotice, to usernames: [String], app: Int64) async {
-        do {
+        await withRetries("finding the nodes of connected devices") {
             let nodes = Set(try await store.connections(of: usernames, app: app).values.flatMap { $0.values.map(\.node) })
-            await post(Dictionary(uniqueKeysWithValues: nodes.subtracting([node.epoch]).map { ($0, notice) }))
-        } catch {
-            // Stored messages are not lost: the devices read them at their next sync.
-            logger.error("finding the nodes of connected devices failed", metadata: ["error": "\(error)"])
+            try await postOnce(Dictionary(uniqueKeysWithValues: nodes.subtracting([node.epoch]).map { ($0, notice) }))
         }
     }
 
     private func post(_ notices: [Int64: ClusterNotice]) async {
+        await withRetries("posting to other nodes") { try await postOnce(notices) }
+    }
+
+    private func postOnce(_ notices: [Int64: ClusterNotice]) async throws {
         guard !notices.isEmpty else { return }
-        do {
-            let encoder = JSONEncoder()
-            let letters = try notices.map { Letter(node: $0.key, body: String(decoding: try encoder.encode($0.value), as: UTF8.self)) }
-            try await store.post(letters)
-            wakeups.add(Set(notices.keys))
-        } catch {
-            logger.error("posting to other nodes failed", metadata: ["error": "\(error)"])
+        let encoder = JSONEncoder()
+        let letters = try notices.map { Letter(node: $0.key, body: String(decoding: try encoder.encode($0.value), as: UTF8.self)) }
+        try await store.post(letters)
+        posted.add(letters.count, ordering: .relaxed)
+        wakeups.add(Set(notices.keys))
+    }
+
+    /// Runs `body` up to three times, 100 then 200 ms apart: a device on another node counts as online (its push is skipped)
+    /// while a notice for it cannot reach its node, so a passing database hiccup must not cost the notice. Stored messages
+    /// are never lost either way: the device reads them at its next sync or reconnect.
+    private func withRetries(_ what: String, _ body: () async throws -> Void) async {
+        for attempt in 1...3 {
+            do {
+                return try await body()
+            } catch {
+                if attempt == 3 {
+                    logger.error("\(what) failed", metadata: ["error": "\(String(reflecting: error))"])
+                } else {
+                    try? await Task.sleep(for: .milliseconds(100 * attempt))
+                }
+            }
         }
     }
 
@@ -154,20 +194,55 @@ final class ClusterLink: Sendable {
         case .closeDevice(let app, let username, let deviceID, let connection, let reason):
             local.disconnect(DeviceKey(app: app, username: username, deviceID: deviceID), connection: connection, reason: reason)
         case .resync:
-            local.fetchForEveryone()
+            requestResync()
         }
     }
 
     /// A node died (this one declared it): it may have stored messages it never announced to the devices connected
     /// elsewhere (killed between its commit and its notices), so every device on every live node reads the store once.
     func resyncEveryone() async {
-        local.fetchForEveryone()
-        do {
+        await withRetries("asking the other nodes to resynchronize their devices") {
             let others = try await store.liveNodes().map(\.epoch).filter { $0 != node.epoch }
-            await post(Dictionary(uniqueKeysWithValues: others.map { ($0, ClusterNotice.resync) }))
-        } catch {
-            logger.error("asking the other nodes to resynchronize their devices failed", metadata: ["error": "\(error)"])
+            try await postOnce(Dictionary(uniqueKeysWithValues: others.map { ($0, ClusterNotice.resync) }))
         }
+        requestResync()
+    }
+
+    /// Asks `ClusterService` to make every device here read the store once (coalesced: many requests, one pass).
+    func requestResync() {
+        resyncWanted.store(true, ordering: .relaxed)
+        resyncs.signal()
+    }
+
+    /// Whether a resync was asked for since the last call.
+    func takeResyncRequest() -> Bool {
+        resyncWanted.exchange(false, ordering: .relaxed)
+    }
+
+    /// Records a successful heartbeat.
+    func noteHeartbeat() {
+        let now = ContinuousClock.now.nanosecondsSinceStart
+        lastHeartbeat.store(now, ordering: .relaxed)
+        _ = healthySince.compareExchange(expected: .min, desired: now, ordering: .relaxed)
+    }
+
+    /// Records a failed heartbeat: contact with the database is broken.
+    func noteHeartbeatFailed() {
+        healthySince.store(.min, ordering: .relaxed)
+    }
+
+    /// Whether heartbeats have succeeded without a failure for `duration`: after an outage every node's heartbeat is late,
+    /// and a node must not declare the others dead before they had the same chance to beat again.
+    func hasBeatenSteadily(for duration: Duration) -> Bool {
+        let since = healthySince.load(ordering: .relaxed)
+        guard since != .min else { return false }
+        return ContinuousClock.now.nanosecondsSinceStart - since >= Int64(duration.components.seconds) * 1_000_000_000
+    }
+
+    /// Whether this node's last heartbeat is recent enough that no other node can have declared it dead: a node that
+    /// cannot beat stops claiming pushes (another node may be about to release and send them).
+    var isSafelyAlive: Bool {
+        ContinuousClock.now.nanosecondsSinceStart - lastHeartbeat.load(ordering: .relaxed) < Int64(ClusterService.safeSilence.components.seconds) * 1_000_000_000
     }
 }
 
@@ -175,6 +250,13 @@ final class ClusterLink: Sendable {
 final class PendingWakeups: Sendable {
     private let nodes = Mutex<Set<Int64>>([])
     private let signal = WakeSignal()
+    private let sent = Atomic<Int>(0)
+
+    /// Wake-ups sent so far (one notification per node per round).
+    var notificationsSent: Int { sent.load(ordering: .relaxed) }
+
+    /// Counts a round of wake-ups that went out.
+    func noteSent(_ count: Int) { sent.add(count, ordering: .relaxed) }
 
     func add(_ more: Set<Int64>) {
         nodes.withLock { $0.formUnion(more) }
@@ -190,3 +272,13 @@ final class PendingWakeups: Sendable {
         }
     }
 }
+
+extension ContinuousClock.Instant {
+    /// Nanoseconds since an arbitrary fixed point (the first call), to keep an instant in an atomic.
+    var nanosecondsSinceStart: Int64 {
+        let elapsed = processStart.duration(to: self).components
+        return elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+    }
+}
+
+private let processStart = ContinuousClock.now

@@ -32,11 +32,24 @@ public struct DeviceConnection: Sendable, Hashable {
     /// The epoch of the node holding it.
     public var node: Int64
     public var id: Int64
+    /// When the device opened it (ms, the node's clock at the upgrade): of two connections of one device, the later wins.
+    public var openedAt: Int64
 
-    public init(node: Int64, id: Int64) {
+    public init(node: Int64, id: Int64, openedAt: Int64) {
         self.node = node
         self.id = id
+        self.openedAt = openedAt
     }
+}
+
+/// What recording a device's connection did.
+public enum ConnectOutcome: Sendable, Hashable {
+    /// The connection is the device's current one; it replaced this earlier one, if any.
+    case connected(replacing: DeviceConnection?)
+    /// A later connection of the device is already recorded (this one registered late): this one must close.
+    case superseded(by: DeviceConnection)
+    /// The node is not (or no longer) a live member of the cluster: it must not take connections.
+    case nodeGone
 }
 
 /// A note for one node's mailbox (its body is the server's business: JSON).
@@ -54,11 +67,14 @@ public struct Letter: Sendable, Hashable {
 /// What a node left behind when it was declared dead.
 public struct DeadNodes: Sendable {
     public var nodes: [ClusterNode]
+    /// Those of `nodes` that died (fell silent) rather than left on graceful shutdown.
+    public var died: [ClusterNode]
     /// The users (app id, username) whose devices were connected to them: those devices went offline.
     public var users: [(app: Int64, username: String)]
 
-    public init(nodes: [ClusterNode], users: [(app: Int64, username: String)]) {
+    public init(nodes: [ClusterNode], died: [ClusterNode], users: [(app: Int64, username: String)]) {
         self.nodes = nodes
+        self.died = died
         self.users = users
     }
 }
@@ -75,20 +91,22 @@ public protocol ClusterStore: BeaconStore {
     /// Marks the node as gone (graceful shutdown): the next `removeDeadNodes`, on any node, cleans up after it at once.
     func leaveCluster(_ node: ClusterNode) async throws
     /// Declares dead every node silent for more than `silence` ms (or that left): releases its push claims (due at once)
-    /// and removes its presence, its mailbox and its row, each dead node by exactly one caller.
-    func removeDeadNodes(silentFor silence: Int64) async throws -> DeadNodes
+    /// and removes its presence, its mailbox and its row, each dead node by exactly one caller. The caller's own heartbeat
+    /// is recorded in the same transaction (so it never declares itself dead); nil means the caller itself was declared
+    /// dead meanwhile (nothing else is done).
+    func removeDeadNodes(silentFor silence: Int64, by node: ClusterNode) async throws -> DeadNodes?
     /// The live nodes, oldest first.
     func liveNodes() async throws -> [ClusterNode]
 
-    /// Records that the device is connected through `connection` (the newest connection wins); returns the connection it
-    /// replaced, if any.
-    func connect(_ device: DeviceKey, through connection: DeviceConnection, now: Int64) async throws -> DeviceConnection?
+    /// Records that the device is connected through `connection`, unless a connection opened later is recorded already or
+    /// its node is no longer live. Connections of one device are recorded one at a time.
+    func connect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> ConnectOutcome
     /// Removes the device's presence if `connection` is still the one recorded; true if it was (the device went offline).
     func disconnect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> Bool
     /// The connected devices of the users: username → device id → connection (users with none are absent).
     func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]]
 
-    /// Puts letters in their nodes' mailboxes.
+    /// Puts letters in their nodes' mailboxes (letters for nodes no longer live are dropped).
     func post(_ letters: [Letter]) async throws
     /// Takes (removes and returns) up to `limit` letters of the node's mailbox, oldest first.
     func takeLetters(for node: Int64, limit: Int) async throws -> [String]

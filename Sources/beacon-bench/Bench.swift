@@ -10,7 +10,7 @@ import Synchronization
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon-bench", abstract: "Beacon benchmarks: prints figures, asserts nothing.",
-        subcommands: [Online.self, Idle.self, Sync.self, APNs.self, Fanout.self, Rules.self])
+        subcommands: [Online.self, Idle.self, Sync.self, APNs.self, Fanout.self, Rules.self, Cluster.self])
 }
 
 /// 1,000 connected clients exchanging messages at a fixed offered rate.

@@ -13,20 +13,27 @@ import FoundationNetworking
 
 /// A Beacon server started in this process on a free port, with app `bench/chat`.
 struct BenchServer {
-    let store: SQLiteStore
+    let store: any BeaconStore
+    let server: BeaconServer
     let baseURL: URL
     let appToken: String
     private let services: ServiceGroup
     private let task: Task<Void, any Error>
 
+    /// A server on a fresh SQLite store.
     static func start(configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
         // The server's default (full) unless BEACON_DURABILITY says otherwise, to measure the price of the switch.
         let durability = ProcessInfo.processInfo.environment["BEACON_DURABILITY"].flatMap(SQLiteStore.Durability.init(rawValue:)) ?? .full
-        let store = try SQLiteStore(directory: directory.path, durability: durability)
+        return try await start(store: try SQLiteStore(directory: directory.path, durability: durability), configure: configure)
+    }
+
+    /// A server on `store`, creating app `bench/chat` unless it exists (its app token is then issued by the server).
+    static func start(store: any BeaconStore, configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
         var logger = Logger(label: "beacon.bench")
         logger.logLevel = .error
-        let credentials = try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store)
+        let existing = try await store.app(AppKey(org: "bench", name: "chat"))
+        let credentials = existing == nil ? try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store) : nil
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
         configure(&configuration)
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
@@ -36,10 +43,17 @@ struct BenchServer {
         var iterator = ports.makeAsyncIterator()
         let port = await iterator.next()!
         let baseURL = URL(string: "http://127.0.0.1:\(port)")!
-        let token = try await REST.token(
-            baseURL, app: "bench/chat",
-            ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
-        return BenchServer(store: store, baseURL: baseURL, appToken: token, services: services, task: task)
+        let token =
+            if let credentials {
+                try await REST.token(
+                    baseURL, app: "bench/chat",
+                    ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
+            } else if let existing {
+                server.issueToken(app: existing)
+            } else {
+                throw BenchError("app bench/chat vanished")
+            }
+        return BenchServer(store: store, server: server, baseURL: baseURL, appToken: token, services: services, task: task)
     }
 
     func stop() async {

@@ -34,21 +34,28 @@ struct ClusterStoreTests {
                 for index in 0..<6 { group.addTask { try await stores[index % 2].joinCluster(name: "n\(index)") } }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
-            #expect(Set(joined.map(\.slot)) == Set(0..<6))  // joins take turns: no slot twice
+            #expect(Set(joined.map(\.slot)).count == 6)  // joins take turns: no slot twice
+            #expect(joined.allSatisfy { $0.slot < 1024 })
             #expect(Set(joined.map(\.epoch)).count == 6)
             let alive = joined[0]
             try await Task.sleep(for: .milliseconds(2100))
-            #expect(try await stores[0].heartbeat(alive))
-            // Two nodes look for the dead at once: each dead node is cleaned up by one of them.
-            async let first = stores[0].removeDeadNodes(silentFor: 2000)
-            async let second = stores[1].removeDeadNodes(silentFor: 2000)
-            let dead = try await first.nodes + second.nodes
-            #expect(Set(dead.map(\.epoch)) == Set(joined.dropFirst().map(\.epoch)))
-            #expect(dead.count == 5)
+            // Two nodes look for the dead at once: each dead node is cleaned up by one of them; neither declares itself dead
+            // (the rescuer beats in the same transaction).
+            async let first = stores[0].removeDeadNodes(silentFor: 2000, by: alive)
+            async let second = stores[1].removeDeadNodes(silentFor: 2000, by: alive)
+            let (one, two) = try await (try #require(first), try #require(second))
+            #expect(Set((one.nodes + two.nodes).map(\.epoch)) == Set(joined.dropFirst().map(\.epoch)))
+            #expect(one.nodes.count + two.nodes.count == 5)
+            #expect(one.died.count + two.died.count == 5)  // silent, not left
             #expect(try await stores[0].liveNodes() == [alive])
             #expect(try await !stores[1].heartbeat(joined[1]))  // declared dead: it must stop
-            // A freed slot is taken again by the next node.
-            #expect(try await stores[1].joinCluster(name: "late").slot == 1)
+            #expect(try await stores[1].removeDeadNodes(silentFor: 2000, by: joined[1]) == nil)  // and rescues nobody
+            // A node that leaves is cleaned up at once, as one that left rather than died.
+            let leaver = try await stores[1].joinCluster(name: "leaver")
+            try await stores[1].leaveCluster(leaver)
+            let left = try #require(try await stores[0].removeDeadNodes(silentFor: 5000, by: alive))
+            #expect(left.nodes == [leaver])
+            #expect(left.died.isEmpty)
         }
     }
 
@@ -69,55 +76,80 @@ struct ClusterStoreTests {
             #expect(claimed.count == 1)
             #expect(try await store.claimPushJobs(now: now + 1, lease: 60_000, limit: 10, node: live.epoch).isEmpty)  // leased
             let device = DeviceKey(app: app.id, username: "bob", deviceID: "phone")
-            #expect(try await store.connect(device, through: DeviceConnection(node: dead.epoch, id: 1), now: now) == nil)
+            #expect(try await store.connect(device, through: DeviceConnection(node: dead.epoch, id: 1, openedAt: now)) == .connected(replacing: nil))
             try await store.post([Letter(node: dead.epoch, body: "lost")])
 
             try await store.leaveCluster(dead)
-            let removed = try await store.removeDeadNodes(silentFor: 5000)
+            let removed = try #require(try await store.removeDeadNodes(silentFor: 5000, by: live))
             #expect(removed.nodes == [dead])
             #expect(removed.users.map(\.username) == ["bob"])
             #expect(try await store.connections(of: ["bob"], app: app.id).isEmpty)
             #expect(try await store.takeLetters(for: dead.epoch, limit: 10).isEmpty)
+            // Nothing can be left behind for it any more: no letter, no device.
+            try await store.post([Letter(node: dead.epoch, body: "late")])
+            #expect(try await store.takeLetters(for: dead.epoch, limit: 10).isEmpty)
+            #expect(try await store.connect(device, through: DeviceConnection(node: dead.epoch, id: 2, openedAt: now + 1)) == .nodeGone)
             // Its claim is due at once, long before the lease's end, under a new claim token.
             let again = try await store.claimPushJobs(now: now + 2, lease: 60_000, limit: 10, node: live.epoch)
             #expect(again.map(\.id) == claimed.map(\.id))
             #expect(again.first?.claimToken != claimed.first?.claimToken)
-            #expect(try await store.removeDeadNodes(silentFor: 5000).nodes.isEmpty)
+            #expect(try await store.removeDeadNodes(silentFor: 5000, by: live)?.nodes.isEmpty == true)
         }
     }
 
-    @Test func theNewestConnectionOfADeviceWins() async throws {
-        try await withNodes(1) { stores in
+    @Test func theLaterConnectionOfADeviceWinsWhateverTheOrderTheyRegisterIn() async throws {
+        try await withNodes(2) { stores in
             let store = stores[0]
             let app = try await makeApp(store)
+            let (nodeA, nodeB) = (try await store.joinCluster(name: "a"), try await store.joinCluster(name: "b"))
             let device = DeviceKey(app: app.id, username: "bob", deviceID: "phone")
-            let (a, b) = (DeviceConnection(node: 1, id: 10), DeviceConnection(node: 2, id: 20))
-            #expect(try await store.connect(device, through: a, now: now) == nil)
-            #expect(try await store.connect(device, through: a, now: now) == nil)  // the same connection again replaces nothing
-            #expect(try await store.connect(device, through: b, now: now) == a)
-            #expect(try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), through: a, now: now) == nil)
-            #expect(try await store.connections(of: ["bob", "carol"], app: app.id) == ["bob": ["phone": b, "pad": a]])
+            let a = DeviceConnection(node: nodeA.epoch, id: 10, openedAt: 100)
+            let b = DeviceConnection(node: nodeB.epoch, id: 20, openedAt: 200)
+            #expect(try await store.connect(device, through: a) == .connected(replacing: nil))
+            #expect(try await store.connect(device, through: a) == .connected(replacing: nil))  // the same connection again
+            #expect(try await store.connect(device, through: b) == .connected(replacing: a))
+            // A connection opened before b that registers only now (its node was slow) must not replace it.
+            let stale = DeviceConnection(node: nodeA.epoch, id: 5, openedAt: 150)
+            #expect(try await store.connect(device, through: stale) == .superseded(by: b))
+            let pad = DeviceConnection(node: nodeA.epoch, id: 30, openedAt: 100)
+            #expect(try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), through: pad) == .connected(replacing: nil))
+            #expect(try await store.connections(of: ["bob", "carol"], app: app.id) == ["bob": ["phone": b, "pad": pad]])
             #expect(try await !store.disconnect(device, through: a))  // the replaced connection ending leaves the device online
             #expect(try await store.disconnect(device, through: b))
-            #expect(try await store.connections(of: ["bob"], app: app.id) == ["bob": ["pad": a]])
+            #expect(try await store.connections(of: ["bob"], app: app.id) == ["bob": ["pad": pad]])
+
+            // Two first connections at once, through two pools: the later one is current, the earlier one learns it lost.
+            for round in 0..<10 {
+                let key = DeviceKey(app: app.id, username: "carol", deviceID: "d\(round)")
+                let early = DeviceConnection(node: nodeA.epoch, id: 100 + Int64(round), openedAt: 1000)
+                let late = DeviceConnection(node: nodeB.epoch, id: 200 + Int64(round), openedAt: 2000)
+                async let first = stores[0].connect(key, through: early)
+                async let second = stores[1].connect(key, through: late)
+                let outcomes = try await (first, second)
+                #expect(
+                    (outcomes.0 == .connected(replacing: nil) && outcomes.1 == .connected(replacing: early))
+                        || (outcomes.0 == .superseded(by: late) && outcomes.1 == .connected(replacing: nil)), "\(outcomes)")
+                #expect(try await store.connections(of: ["carol"], app: app.id)["carol"]?[key.deviceID] == late)
+            }
         }
     }
 
     @Test func lettersAreTakenOnceInOrderByTheirNodeOnly() async throws {
         try await withNodes(2) { stores in
-            try await stores[0].post((0..<700).map { Letter(node: 1, body: "a\($0)") } + [Letter(node: 2, body: "b")])
+            let (one, two) = (try await stores[0].joinCluster(name: "one").epoch, try await stores[0].joinCluster(name: "two").epoch)
+            try await stores[0].post((0..<700).map { Letter(node: one, body: "a\($0)") } + [Letter(node: two, body: "b")])
             // Two readers of one mailbox at once (a node's poll and its wake-up never overlap, but nothing may break if they did).
-            async let first = stores[0].takeLetters(for: 1, limit: 500)
-            async let second = stores[1].takeLetters(for: 1, limit: 500)
-            let (one, two) = try await (first, second)
-            #expect(one.count + two.count == 700)
-            #expect(Set(one + two).count == 700)
-            for batch in [one, two] {
-                let numbers = batch.map { Int($0.dropFirst())! }
+            async let first = stores[0].takeLetters(for: one, limit: 500)
+            async let second = stores[1].takeLetters(for: one, limit: 500)
+            let (taken, alsoTaken) = try await (first, second)
+            #expect(taken.count + alsoTaken.count == 700)
+            #expect(Set(taken + alsoTaken).count == 700)
+            for batch in [taken, alsoTaken] {
+                let numbers = batch.compactMap { Int($0.dropFirst()) }
                 #expect(numbers == numbers.sorted())
             }
-            #expect(try await stores[0].takeLetters(for: 2, limit: 10) == ["b"])
-            #expect(try await stores[0].takeLetters(for: 1, limit: 10).isEmpty)
+            #expect(try await stores[0].takeLetters(for: two, limit: 10) == ["b"])
+            #expect(try await stores[0].takeLetters(for: one, limit: 10).isEmpty)
         }
     }
 

@@ -1,0 +1,129 @@
+import ArgumentParser
+import BeaconClient
+import BeaconCore
+import BeaconPostgres
+import BeaconServer
+import BeaconSQLite
+import BeaconStorage
+import Crypto
+import Foundation
+import Logging
+
+/// Live delivery between clients spread over N nodes on one PostgreSQL (or one node on SQLite, for comparison).
+struct Cluster: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Live delivery across nodes: latency, throughput, database transactions and wake-ups per message.")
+
+    @Option(help: "sqlite, or a postgres:// URL (default: BEACON_DATABASE_URL); a fresh schema is used and left behind.")
+    var database: String?
+    @Option(help: "Nodes in this process, each with its own connection pool (PostgreSQL only).") var nodes = 1
+    @Option var clients = 300
+    @Option(help: "Offered messages per second.") var rate = 500
+    @Option(help: "Seconds of sending.") var seconds = 10
+
+    func run() async throws {
+        let target = database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite"
+        if target == "sqlite" {
+            guard nodes == 1 else { throw ValidationError("SQLite serves one node") }
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
+            let store = try SQLiteStore(directory: directory.path)
+            try await measure([try await BenchServer.start(store: store, configure: Self.configure)], engine: "sqlite", transactions: { nil })
+            return
+        }
+        let url = target + (target.contains("?") ? "&" : "?") + "schema=bench_" + UUID().uuidString.lowercased().filter(\.isHexDigit)
+        let logger = {
+            var logger = Logger(label: "beacon.bench")
+            logger.logLevel = .error
+            return logger
+        }()
+        @Sendable func open(_ stores: [PostgresStore]) async throws {
+            guard stores.count < nodes else {
+                var servers: [BenchServer] = []
+                for store in stores { servers.append(try await BenchServer.start(store: store, configure: Self.configure)) }
+                try await measure(servers, engine: "postgres", transactions: { stores.map(\.transactionsRun).reduce(0, +) })
+                return
+            }
+            try await PostgresStore.withStore(url: url, logger: logger) { try await open(stores + [$0]) }
+        }
+        try await open([])
+    }
+
+    /// The same secret key on every node (tokens issued by one are valid on all), push on (as in production).
+    @Sendable static func configure(_ configuration: inout BeaconConfiguration) {
+        configuration.secretBox = SecretBox(key: SymmetricKey(data: Data(repeating: 3, count: 32)))
+    }
+
+    private func measure(_ servers: [BenchServer], engine: String, transactions: @Sendable () -> Int?) async throws {
+        let names = (0..<clients).map { "u\($0)" }
+        try await servers[0].createUsers(names)
+        var connected: [BeaconClient] = []
+        for (index, name) in names.enumerated() {
+            let server = servers[index % servers.count]
+            let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: server.baseURL, deviceID: "bench"))
+            try await client.login(username: name, password: "pw")
+            connected.append(client)
+        }
+        let devices = connected
+        let latencies = LatencyLog()
+        let total = rate * seconds
+        let receivers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for device in devices {
+                    group.addTask {
+                        for await message in device.messages {
+                            guard case .number(let sentAt) = message.ext["t"] else { continue }
+                            if latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6) >= total { return }
+                        }
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+        let crossNode = (0..<total).filter { $0 % clients % servers.count != (($0 * 7 + 1) % clients) % servers.count }.count
+        print("cluster: \(engine), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
+            + "(\(total) messages, \(crossNode) between nodes)")
+        let transactionsBefore = transactions()
+        let trafficBefore = servers.compactMap(\.server.clusterTraffic)
+        let start = monotonicNanoseconds()
+        let perTick = max(1, rate / 100)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<total {
+                if index % perTick == 0 {
+                    let due = start + UInt64(index / perTick) * 10_000_000
+                    let now = monotonicNanoseconds()
+                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
+                }
+                let sender = devices[index % clients]
+                let receiver = names[(index * 7 + 1) % clients]
+                group.addTask {
+                    try await sender.send(
+                        OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
+                }
+            }
+            try await group.waitForAll()
+        }
+        let waitLimit = Task {
+            try await Task.sleep(for: .seconds(30))
+            receivers.cancel()
+        }
+        await receivers.value
+        waitLimit.cancel()
+        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
+        let sorted = latencies.values.sorted()
+        print("delivered \(sorted.count) of \(total) in \(format(elapsed)) s: \(format(Double(sorted.count) / elapsed, 0)) msg/s")
+        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        if let before = transactionsBefore, let after = transactions() {
+            print("database transactions per message: \(format(Double(after - before) / Double(total)))")
+        }
+        let trafficAfter = servers.compactMap(\.server.clusterTraffic)
+        if !trafficAfter.isEmpty {
+            let letters = zip(trafficAfter, trafficBefore).map { $0.letters - $1.letters }.reduce(0, +)
+            let notifications = zip(trafficAfter, trafficBefore).map { $0.notifications - $1.notifications }.reduce(0, +)
+            print("letters per message: \(format(Double(letters) / Double(total))); NOTIFYs per message: "
+                + "\(format(Double(notifications) / Double(total))) (\(format(Double(notifications) / elapsed, 0))/s)")
+        }
+        for device in devices { await device.logout() }
+        for server in servers { await server.stop() }
+    }
+}
