@@ -37,9 +37,7 @@ final class Switchboard: PresenceRegistry {
     /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes.
     func deliver(_ entries: [InboxEntry], app: Int64) async {
         local.deliver(entries, app: app)
-        guard let link else { return }
-        let users = Array(Set(entries.map(\.username))).sorted()
-        await link.relay(.fetch(app: app, users: users), to: users, app: app)
+        await link?.relay(entries, app: app)
     }
 
     /// Hands an online-only message to the connected devices of `usernames`, except the device it came from.
@@ -57,7 +55,9 @@ final class Switchboard: PresenceRegistry {
 
 /// What one node tells another through its mailbox.
 enum ClusterNotice: Codable, Sendable {
-    /// New stored messages for these users: their devices read them from the store.
+    /// New stored messages for these users' devices, handed over as they are (a device that finds a gap reads the store).
+    case deliver(app: Int64, entries: [RelayedEntry])
+    /// New stored messages for these users: their devices read them from the store (too many to hand over).
     case fetch(app: Int64, users: [String])
     /// An online-only message (never stored) for these users' devices.
     case online(app: Int64, message: Message, to: [String], exceptDevice: String?)
@@ -67,6 +67,20 @@ enum ClusterNotice: Codable, Sendable {
     case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64, reason: String)
     /// A node died: messages it stored may never have been announced, so every connected device reads the store.
     case resync
+}
+
+/// An inbox entry as a letter carries it.
+struct RelayedEntry: Codable, Sendable {
+    var username: String
+    var seq: Int64
+    var message: Message
+    var originDevice: String?
+
+    init(_ entry: InboxEntry) {
+        (username, seq, message, originDevice) = (entry.username, entry.seq, entry.message, entry.originDevice)
+    }
+
+    var entry: InboxEntry { InboxEntry(username: username, seq: seq, message: message, originDevice: originDevice) }
 }
 
 /// This node's link to the others through the shared database: presence, and notices posted to the mailboxes of the nodes
@@ -137,6 +151,26 @@ final class ClusterLink: Sendable {
         }
     }
 
+    /// A letter hands over at most this many entries; beyond, it names the users and their devices read the store.
+    static let entriesPerLetter = 64
+
+    /// Hands freshly stored entries to the other nodes holding connected devices of their users.
+    func relay(_ entries: [InboxEntry], app: Int64) async {
+        let users = Array(Set(entries.map(\.username)))
+        await withRetries("finding the nodes of connected devices") {
+            var usersByNode: [Int64: Set<String>] = [:]
+            for (username, devices) in try await store.connections(of: users, app: app) {
+                for connection in devices.values where connection.node != node.epoch { usersByNode[connection.node, default: []].insert(username) }
+            }
+            try await postOnce(
+                usersByNode.mapValues { users in
+                    let mine = entries.filter { users.contains($0.username) }
+                    return mine.count <= Self.entriesPerLetter
+                        ? .deliver(app: app, entries: mine.map(RelayedEntry.init)) : .fetch(app: app, users: users.sorted())
+                })
+        }
+    }
+
     /// Posts `notice` to every other node holding a connected device of `usernames`.
     func relay(_ notice: ClusterNotice, to usernames: [String], app: Int64) async {
         await withRetries("finding the nodes of connected devices") {
@@ -185,6 +219,8 @@ final class ClusterLink: Sendable {
             return
         }
         switch notice {
+        case .deliver(let app, let entries):
+            local.deliver(entries.map(\.entry), app: app)
         case .fetch(let app, let users):
             local.fetch(for: users, app: app)
         case .online(let app, let message, let usernames, let origin):
