@@ -12,6 +12,9 @@ extension PostgresStore: ClusterStore {
     /// The advisory lock joins take turns under ("beacon2"), so that two nodes starting together get different slots.
     static let joinLock: Int64 = 0x6265_6163_6f6e_32
 
+    /// A rescuer whose previous beat is older than this (ms) was held up itself: it declares nobody dead this round.
+    static let steadyBeat: Int64 = 2500
+
     /// The channel a node's wake-ups arrive on.
     static func wakeupChannel(of node: Int64) -> String { "beacon_node_\(node)" }
 
@@ -54,20 +57,27 @@ extension PostgresStore: ClusterStore {
 
     public func removeDeadNodes(silentFor silence: Int64, by rescuer: ClusterNode) async throws -> DeadNodes? {
         try await transaction { connection in
-            let alive = try await connection.query(
+            // The rescuer beats first, and reads how late its previous beat was: a rescuer whose own beats were held up (a
+            // stalled database, a saturated pool) declares nobody dead this time, as the others were likely held up too.
+            let previous = try await connection.query(
                 """
-                UPDATE cluster_nodes SET heartbeat_at = \(unescaped: Self.databaseNow) WHERE epoch = \(rescuer.epoch) AND heartbeat_at > 0
-                RETURNING 1
+                WITH previous AS (SELECT heartbeat_at FROM cluster_nodes WHERE epoch = \(rescuer.epoch) AND heartbeat_at > 0 FOR UPDATE)
+                UPDATE cluster_nodes SET heartbeat_at = \(unescaped: Self.databaseNow) FROM previous WHERE epoch = \(rescuer.epoch)
+                RETURNING \(unescaped: Self.databaseNow) - previous.heartbeat_at AS late
                 """, logger: logger
-            ).collect().count == 1
-            guard alive else { return nil }
-            // Each dead node is locked by the one caller that cleans up after it; the others skip it.
+            ).collect()
+            guard let late = try previous.first?.decode(Int64.self) else { return nil }
+            guard late <= Self.steadyBeat else { return DeadNodes(nodes: [], died: [], users: []) }
+            // Each dead node is locked by the caller that cleans up after it; another waits, then finds it gone. The wait is
+            // bounded: a transaction stuck holding a node's row (its node partitioned away mid-connect) is ended by
+            // `idle_in_transaction_session_timeout`, and this rescue is tried again a second later.
+            try await connection.query("SET LOCAL lock_timeout = '2s'", logger: logger)
             var dead: [ClusterNode] = []
             var died: [ClusterNode] = []
             for row in try await connection.query(
                 """
                 SELECT epoch, name, slot, heartbeat_at FROM cluster_nodes WHERE heartbeat_at < \(unescaped: Self.databaseNow) - \(silence)
-                ORDER BY epoch FOR UPDATE SKIP LOCKED
+                ORDER BY epoch FOR UPDATE
                 """, logger: logger
             ).collect() {
                 let (epoch, name, slot, heartbeat) = try row.decode((Int64, String, Int, Int64).self)
@@ -112,17 +122,20 @@ extension PostgresStore: ClusterStore {
 
     // MARK: Presence
 
-    public func connect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> ConnectOutcome {
+    public func connect(_ device: DeviceKey, node: Int64, connection id: Int64, openedAgo: Int64) async throws -> ConnectOutcome {
         try await transaction { transaction in
-            // The node must still be live, and stays so until commit: a rescuer skips (FOR UPDATE SKIP LOCKED) a node so locked, so a
-            // node declared dead can never leave a presence row behind.
+            // The node must still be live, and stays so until commit: a rescuer's FOR UPDATE waits for this lock, so a node
+            // declared dead can never leave a presence row behind.
             let live = try await transaction.query(
-                "SELECT 1 FROM cluster_nodes WHERE epoch = \(connection.node) AND heartbeat_at > 0 FOR KEY SHARE", logger: logger
+                "SELECT 1 FROM cluster_nodes WHERE epoch = \(node) AND heartbeat_at > 0 FOR KEY SHARE", logger: logger
             ).collect().count == 1
             guard live else { return .nodeGone }
             // One connection of a device at a time: two first connections would otherwise both insert, neither seeing the other.
             let lockKey = "presence/\(device.app)/\(device.username)/\(device.deviceID)"
             try await transaction.query("SELECT pg_advisory_xact_lock(hashtextextended(\(lockKey), 0))", logger: logger)
+            let openedAt = try await transaction.query(
+                "SELECT \(unescaped: Self.databaseNow) - \(max(0, openedAgo)) AS opened_at", logger: logger
+            ).collect().first?.decode(Int64.self) ?? 0
             let earlier = try await transaction.query(
                 """
                 SELECT node_epoch, connection_id, connected_at FROM device_presence
@@ -132,24 +145,25 @@ extension PostgresStore: ClusterStore {
                 let (node, id, openedAt) = try row.decode((Int64, Int64, Int64).self)
                 return DeviceConnection(node: node, id: id, openedAt: openedAt)
             }
-            if let earlier, earlier.openedAt > connection.openedAt { return .superseded(by: earlier) }
+            if let earlier, earlier.node == node, earlier.id == id { return .connected(replacing: nil) }
+            if let earlier, earlier.openedAt > openedAt { return .superseded(by: earlier) }
             try await transaction.query(
                 """
                 INSERT INTO device_presence (app_id, username, device_id, node_epoch, connection_id, connected_at)
-                VALUES (\(device.app), \(device.username), \(device.deviceID), \(connection.node), \(connection.id), \(connection.openedAt))
+                VALUES (\(device.app), \(device.username), \(device.deviceID), \(node), \(id), \(openedAt))
                 ON CONFLICT (app_id, username, device_id) DO UPDATE
                 SET node_epoch = excluded.node_epoch, connection_id = excluded.connection_id, connected_at = excluded.connected_at
                 """, logger: logger)
-            return .connected(replacing: earlier.flatMap { $0.node == connection.node && $0.id == connection.id ? nil : $0 })
+            return .connected(replacing: earlier)
         }
     }
 
-    public func disconnect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> Bool {
+    public func disconnect(_ device: DeviceKey, node: Int64, connection id: Int64) async throws -> Bool {
         try await execute(
             """
             DELETE FROM device_presence
             WHERE app_id = \(device.app) AND username = \(device.username) AND device_id = \(device.deviceID)
-                AND node_epoch = \(connection.node) AND connection_id = \(connection.id)
+                AND node_epoch = \(node) AND connection_id = \(id)
             RETURNING 1
             """) == 1
     }
@@ -172,13 +186,17 @@ extension PostgresStore: ClusterStore {
 
     // MARK: Mailboxes
 
+    /// The target nodes are share-locked while the letters go in: a rescuer deleting a node's mailbox waits, so no letter
+    /// is left behind for a node that is gone.
     public func post(_ letters: [Letter]) async throws {
         guard !letters.isEmpty else { return }
         try await execute(
             """
+            WITH live AS (
+                SELECT epoch FROM cluster_nodes WHERE epoch = ANY(\(letters.map(\.node))) AND heartbeat_at > 0 FOR KEY SHARE)
             INSERT INTO node_mailbox (node_epoch, body)
             SELECT n, b FROM unnest(\(letters.map(\.node))::bigint[], \(letters.map(\.body))::text[]) WITH ORDINALITY AS l(n, b, o)
-            WHERE n IN (SELECT epoch FROM cluster_nodes) ORDER BY o
+            WHERE n IN (SELECT epoch FROM live) ORDER BY o
             """)
     }
 

@@ -89,6 +89,9 @@ public final class PostgresStore: BeaconStore {
             }
             configuration.options.additionalStartupParameters = [("search_path", schema)]
         }
+        // Beacon never leaves a transaction idle (no network I/O inside one): a session idle in one for this long belongs to
+        // a node that is partitioned away or frozen, and holds locks others need (a device's presence, a node's row).
+        configuration.options.additionalStartupParameters.append(("idle_in_transaction_session_timeout", "15s"))
         return (configuration, schema)
     }
 

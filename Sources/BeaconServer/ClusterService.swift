@@ -58,8 +58,9 @@ struct ClusterService: Service {
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.heartbeatInterval) }
             guard Task.serviceShouldContinue else { return }
             do {
+                let sent = ContinuousClock.now
                 if try await !store.heartbeat(node) { throw DeclaredDead() }
-                link.noteHeartbeat()
+                link.noteHeartbeat(sentAt: sent)
             } catch let error as DeclaredDead {
                 throw error
             } catch {

@@ -34,12 +34,15 @@ struct DeviceSession {
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         switchboard.local.sessionBegan()
         defer { switchboard.local.sessionEnded() }
-        let outbox = DeviceOutbox(
-            user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit, openedAt: messages.now())
+        let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
         let result: Result<Void, any Error>
         do {
-            try await switchboard.register(outbox)
-            try await runOnline(outbox: outbox, inbound: inbound, outbound: outbound)
+            if try await switchboard.register(outbox) {
+                try await runOnline(outbox: outbox, inbound: inbound, outbound: outbound)
+            } else {
+                // The device opened a later connection to another node, registered before this one: this one is stale.
+                try await write(.closing(reason: "replaced"), to: outbound)
+            }
             result = .success(())
         } catch {
             result = .failure(error)

@@ -130,8 +130,8 @@ final class DeviceOutbox: Sendable {
     let deviceID: String
     /// Unique across the cluster: tells this connection from the device's earlier and later ones.
     let connectionID = Int64.random(in: 1...Int64.max)
-    /// When the device opened it (ms): of two connections of one device on different nodes, the later wins.
-    let openedAt: Int64
+    /// When the device opened it: of two connections of one device on different nodes, the later wins.
+    let opened = ContinuousClock.now
     /// Wakes the writer; holds at most one pending wake-up.
     let wakeups: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
@@ -152,9 +152,8 @@ final class DeviceOutbox: Sendable {
         var closeReason: String?
     }
 
-    init(user: UserKey, deviceID: String, limit: Int, openedAt: Int64 = 0) {
+    init(user: UserKey, deviceID: String, limit: Int) {
         self.user = user
-        self.openedAt = openedAt
         self.deviceID = deviceID
         self.limit = limit
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))

@@ -21,10 +21,11 @@ final class Switchboard: PresenceRegistry {
     }
 
     /// Registers a device's connection: from here on it counts as online, on every node. An earlier connection of the
-    /// device, here or on another node, is told to close (`replaced`).
-    func register(_ outbox: DeviceOutbox) async throws {
+    /// device, here or on another node, is told to close (`replaced`). False when the device opened a later connection on
+    /// another node that registered first: this one is stale (its caller closes it with `replaced`).
+    func register(_ outbox: DeviceOutbox) async throws -> Bool {
         local.register(outbox)
-        try await link?.connected(outbox)
+        return try await link?.connected(outbox) ?? true
     }
 
     /// Removes the connection; true if the device went offline (it was not replaced by a newer connection meanwhile).
@@ -67,6 +68,14 @@ enum ClusterNotice: Codable, Sendable {
     case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64, reason: String)
     /// A node died: messages it stored may never have been announced, so every connected device reads the store.
     case resync
+}
+
+extension Message {
+    /// Whether a letter may carry the message itself (at most 64 of them): a text or a small custom body.
+    var isSmallEnoughToRelay: Bool {
+        guard let encoded = try? JSONEncoder().encode(self) else { return false }
+        return encoded.count <= 4096
+    }
 }
 
 /// An inbox entry as a letter carries it.
@@ -120,30 +129,31 @@ final class ClusterLink: Sendable {
         var description: String { "this node is no longer a live member of the cluster" }
     }
 
-    func connected(_ outbox: DeviceOutbox) async throws {
+    /// Records the connection as the device's current one; false when a connection the device opened later (on another
+    /// node) is already recorded: this one is stale and must close.
+    func connected(_ outbox: DeviceOutbox) async throws -> Bool {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
-        switch try await store.connect(device, through: connection(of: outbox)) {
+        let openedAgo = outbox.opened.duration(to: .now).components
+        switch try await store.connect(
+            device, node: node.epoch, connection: outbox.connectionID, openedAgo: openedAgo.seconds * 1000 + openedAgo.attoseconds / 1_000_000_000_000_000)
+        {
         case .connected(let replaced?) where replaced.node != node.epoch:
             await post(
                 [replaced.node: .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")])
+            return true
         case .connected:
-            break  // nothing replaced, or an earlier connection here, which the local registry closed
+            return true  // nothing replaced, or an earlier connection here, which the local registry closed
         case .superseded:
-            // The device opened a later connection (to another node) that registered first: this one is the stale one.
-            outbox.close(reason: "replaced")
+            return false
         case .nodeGone:
             throw NodeGone()
         }
     }
 
-    private func connection(of outbox: DeviceOutbox) -> DeviceConnection {
-        DeviceConnection(node: node.epoch, id: outbox.connectionID, openedAt: outbox.openedAt)
-    }
-
     func disconnected(_ outbox: DeviceOutbox) async -> Bool {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         do {
-            return try await store.disconnect(device, through: connection(of: outbox))
+            return try await store.disconnect(device, node: node.epoch, connection: outbox.connectionID)
         } catch {
             // The presence row stays until this node leaves or dies; pushes to the device are skipped as `online` meanwhile.
             logger.error("recording that a device went offline failed", metadata: ["user": "\(device.username)", "error": "\(error)"])
@@ -162,10 +172,12 @@ final class ClusterLink: Sendable {
             for (username, devices) in try await store.connections(of: users, app: app) {
                 for connection in devices.values where connection.node != node.epoch { usersByNode[connection.node, default: []].insert(username) }
             }
+            // Large messages are not copied into letters either: a letter stays small whatever the message.
+            let small = entries.allSatisfy { $0.message.isSmallEnoughToRelay }
             try await postOnce(
                 usersByNode.mapValues { users in
                     let mine = entries.filter { users.contains($0.username) }
-                    return mine.count <= Self.entriesPerLetter
+                    return small && mine.count <= Self.entriesPerLetter
                         ? .deliver(app: app, entries: mine.map(RelayedEntry.init)) : .fetch(app: app, users: users.sorted())
                 })
         }
@@ -255,11 +267,11 @@ final class ClusterLink: Sendable {
         resyncWanted.exchange(false, ordering: .relaxed)
     }
 
-    /// Records a successful heartbeat.
-    func noteHeartbeat() {
-        let now = ContinuousClock.now.nanosecondsSinceStart
-        lastHeartbeat.store(now, ordering: .relaxed)
-        _ = healthySince.compareExchange(expected: .min, desired: now, ordering: .relaxed)
+    /// Records a successful heartbeat, sent at `sent` (what the others saw is at least that recent).
+    func noteHeartbeat(sentAt sent: ContinuousClock.Instant) {
+        let at = sent.nanosecondsSinceStart
+        lastHeartbeat.store(at, ordering: .relaxed)
+        _ = healthySince.compareExchange(expected: .min, desired: at, ordering: .relaxed)
     }
 
     /// Records a failed heartbeat: contact with the database is broken.

@@ -32,7 +32,8 @@ public struct DeviceConnection: Sendable, Hashable {
     /// The epoch of the node holding it.
     public var node: Int64
     public var id: Int64
-    /// When the device opened it (ms, the node's clock at the upgrade): of two connections of one device, the later wins.
+    /// When the device opened it (ms since 1970 on the database's clock): of two connections of one device, the later
+    /// wins.
     public var openedAt: Int64
 
     public init(node: Int64, id: Int64, openedAt: Int64) {
@@ -83,7 +84,7 @@ public struct DeadNodes: Sendable {
 /// connected, and a mailbox per node for what one node must tell another (deliver, close a connection). An engine that
 /// serves one process only (SQLite) does not implement it.
 public protocol ClusterStore: BeaconStore {
-    /// Joins the cluster: a new random epoch and the lowest slot no live node holds. Fails when 1024 nodes are live.
+    /// Joins the cluster: a new random epoch and a random slot no live node holds. Fails when 1024 nodes are live.
     /// Liveness is measured on the database's clock, so that nodes whose clocks disagree do not declare each other dead.
     func joinCluster(name: String) async throws -> ClusterNode
     /// Records that the node is alive; false when it was declared dead meanwhile (its row is gone: it must stop).
@@ -98,11 +99,13 @@ public protocol ClusterStore: BeaconStore {
     /// The live nodes, oldest first.
     func liveNodes() async throws -> [ClusterNode]
 
-    /// Records that the device is connected through `connection`, unless a connection opened later is recorded already or
-    /// its node is no longer live. Connections of one device are recorded one at a time.
-    func connect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> ConnectOutcome
-    /// Removes the device's presence if `connection` is still the one recorded; true if it was (the device went offline).
-    func disconnect(_ device: DeviceKey, through connection: DeviceConnection) async throws -> Bool
+    /// Records that the device is connected through connection `id` on `node`, opened `openedAgo` ms ago (measured by the
+    /// node; the store dates it on the database's clock, so that nodes' clocks need not agree), unless a connection opened
+    /// later is recorded already or the node is no longer live. Connections of one device are recorded one at a time.
+    func connect(_ device: DeviceKey, node: Int64, connection id: Int64, openedAgo: Int64) async throws -> ConnectOutcome
+    /// Removes the device's presence if connection `id` on `node` is still the one recorded; true if it was (the device
+    /// went offline).
+    func disconnect(_ device: DeviceKey, node: Int64, connection id: Int64) async throws -> Bool
     /// The connected devices of the users: username → device id → connection (users with none are absent).
     func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]]
 

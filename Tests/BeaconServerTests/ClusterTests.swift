@@ -98,8 +98,7 @@ struct ClusterTests {
                 // Another node, which will never beat, holds bob's phone.
                 let doomed = try await store.joinCluster(name: "doomed")
                 let app = try #require(try await store.app(AppKey(org: "acme", name: "chat")))
-                _ = try await store.connect(
-                    DeviceKey(app: app.id, username: "bob", deviceID: "phone"), through: DeviceConnection(node: doomed.epoch, id: 1, openedAt: 0))
+                _ = try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "phone"), node: doomed.epoch, connection: 1, openedAgo: 0)
                 let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }

@@ -110,7 +110,9 @@ struct TestBeacon: Sendable {
         logger.logLevel = .warning
         let credentials = try await store.app(AppKey(org: "acme", name: "chat")) == nil
             ? try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store) : nil
-        var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
+        // Retention (newest 500 per conversation) would trim a test's inbox if the test outlasted one interval on a loaded
+        // machine; no server test relies on its timer (the conformance suite calls it directly).
+        var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, retentionInterval: .seconds(3600), passwordHashRounds: 1000)
         if let clock { configuration.clock = { clock.now } }
         configuration.hooks = hooks
         configuration.secretBox = SecretBox(key: testSecretKey)

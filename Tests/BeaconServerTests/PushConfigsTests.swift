@@ -3,6 +3,7 @@ import BeaconSQLite
 import BeaconStorage
 import Crypto
 import Foundation
+import Logging
 import Testing
 
 @testable import BeaconServer
@@ -31,5 +32,22 @@ import Testing
         let fresh = try configs.client(for: replaced)
         #expect(!clients.contains(ObjectIdentifier(fresh)))
         await configs.shutdown()
+    }
+
+    /// A server whose secret key is not the one the stored configurations were sealed with refuses to start, naming the
+    /// configuration, rather than failing every push later.
+    @Test func aServerWhoseSecretKeyCannotOpenStoredCredentialsRefusesToStart() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.uploadP8(name: "ios-prod")
+            var configuration = BeaconConfiguration(port: 0)
+            configuration.secretBox = SecretBox(key: SymmetricKey(size: .bits256))
+            let error = await #expect(throws: WrongSecretKey.self) {
+                _ = try await BeaconServer(store: beacon.store, configuration: configuration, logger: Logger(label: "test"))
+            }
+            #expect(error?.configuration == "ios-prod")
+            #expect(error?.description.contains("BEACON_SECRET_KEY") == true)
+            // The right key opens them.
+            try await PushConfigs.checkOpens(store: beacon.store, box: SecretBox(key: testSecretKey))
+        }
     }
 }

@@ -76,7 +76,7 @@ struct ClusterStoreTests {
             #expect(claimed.count == 1)
             #expect(try await store.claimPushJobs(now: now + 1, lease: 60_000, limit: 10, node: live.epoch).isEmpty)  // leased
             let device = DeviceKey(app: app.id, username: "bob", deviceID: "phone")
-            #expect(try await store.connect(device, through: DeviceConnection(node: dead.epoch, id: 1, openedAt: now)) == .connected(replacing: nil))
+            #expect(try await store.connect(device, node: dead.epoch, connection: 1, openedAgo: 0) == .connected(replacing: nil))
             try await store.post([Letter(node: dead.epoch, body: "lost")])
 
             try await store.leaveCluster(dead)
@@ -88,7 +88,7 @@ struct ClusterStoreTests {
             // Nothing can be left behind for it any more: no letter, no device.
             try await store.post([Letter(node: dead.epoch, body: "late")])
             #expect(try await store.takeLetters(for: dead.epoch, limit: 10).isEmpty)
-            #expect(try await store.connect(device, through: DeviceConnection(node: dead.epoch, id: 2, openedAt: now + 1)) == .nodeGone)
+            #expect(try await store.connect(device, node: dead.epoch, connection: 2, openedAgo: 0) == .nodeGone)
             // Its claim is due at once, long before the lease's end, under a new claim token.
             let again = try await store.claimPushJobs(now: now + 2, lease: 60_000, limit: 10, node: live.epoch)
             #expect(again.map(\.id) == claimed.map(\.id))
@@ -101,35 +101,44 @@ struct ClusterStoreTests {
         try await withNodes(2) { stores in
             let store = stores[0]
             let app = try await makeApp(store)
-            let (nodeA, nodeB) = (try await store.joinCluster(name: "a"), try await store.joinCluster(name: "b"))
+            let (nodeA, nodeB) = (try await store.joinCluster(name: "a").epoch, try await store.joinCluster(name: "b").epoch)
             let device = DeviceKey(app: app.id, username: "bob", deviceID: "phone")
-            let a = DeviceConnection(node: nodeA.epoch, id: 10, openedAt: 100)
-            let b = DeviceConnection(node: nodeB.epoch, id: 20, openedAt: 200)
-            #expect(try await store.connect(device, through: a) == .connected(replacing: nil))
-            #expect(try await store.connect(device, through: a) == .connected(replacing: nil))  // the same connection again
-            #expect(try await store.connect(device, through: b) == .connected(replacing: a))
-            // A connection opened before b that registers only now (its node was slow) must not replace it.
-            let stale = DeviceConnection(node: nodeA.epoch, id: 5, openedAt: 150)
-            #expect(try await store.connect(device, through: stale) == .superseded(by: b))
-            let pad = DeviceConnection(node: nodeA.epoch, id: 30, openedAt: 100)
-            #expect(try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), through: pad) == .connected(replacing: nil))
-            #expect(try await store.connections(of: ["bob", "carol"], app: app.id) == ["bob": ["phone": b, "pad": pad]])
-            #expect(try await !store.disconnect(device, through: a))  // the replaced connection ending leaves the device online
-            #expect(try await store.disconnect(device, through: b))
-            #expect(try await store.connections(of: ["bob"], app: app.id) == ["bob": ["pad": pad]])
+            #expect(try await store.connect(device, node: nodeA, connection: 10, openedAgo: 0) == .connected(replacing: nil))
+            #expect(try await store.connect(device, node: nodeA, connection: 10, openedAgo: 0) == .connected(replacing: nil))  // again
+            let a = try #require(try await store.connections(of: ["bob"], app: app.id)["bob"]?["phone"])
+            try await Task.sleep(for: .milliseconds(20))
+            guard case .connected(let replaced) = try await store.connect(device, node: nodeB, connection: 20, openedAgo: 0) else {
+                Issue.record("the later connection did not win")
+                return
+            }
+            #expect(replaced == a)
+            let b = try #require(try await store.connections(of: ["bob"], app: app.id)["bob"]?["phone"])
+            #expect(b.node == nodeB && b.id == 20 && b.openedAt > a.openedAt)
+            // A connection opened 10 s ago that registers only now (its node was slow) must not replace b: it learns it lost.
+            #expect(try await store.connect(device, node: nodeA, connection: 5, openedAgo: 10_000) == .superseded(by: b))
+            #expect(try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), node: nodeA, connection: 30, openedAgo: 0)
+                == .connected(replacing: nil))
+            let current = try await store.connections(of: ["bob", "carol"], app: app.id)
+            #expect(current.keys.sorted() == ["bob"])
+            #expect(current["bob"]?["phone"] == b)
+            #expect(current["bob"]?["pad"]?.id == 30)
+            #expect(try await !store.disconnect(device, node: nodeA, connection: 10))  // the replaced one ending leaves the device online
+            #expect(try await store.disconnect(device, node: nodeB, connection: 20))
+            #expect(try await store.connections(of: ["bob"], app: app.id)["bob"]?.keys.sorted() == ["pad"])
 
-            // Two first connections at once, through two pools: the later one is current, the earlier one learns it lost.
+            // Two first connections at once, through two pools: the one opened later is current, the other learns it lost.
             for round in 0..<10 {
                 let key = DeviceKey(app: app.id, username: "carol", deviceID: "d\(round)")
-                let early = DeviceConnection(node: nodeA.epoch, id: 100 + Int64(round), openedAt: 1000)
-                let late = DeviceConnection(node: nodeB.epoch, id: 200 + Int64(round), openedAt: 2000)
-                async let first = stores[0].connect(key, through: early)
-                async let second = stores[1].connect(key, through: late)
+                async let first = stores[0].connect(key, node: nodeA, connection: 100 + Int64(round), openedAgo: 5000)
+                async let second = stores[1].connect(key, node: nodeB, connection: 200 + Int64(round), openedAgo: 0)
                 let outcomes = try await (first, second)
-                #expect(
-                    (outcomes.0 == .connected(replacing: nil) && outcomes.1 == .connected(replacing: early))
-                        || (outcomes.0 == .superseded(by: late) && outcomes.1 == .connected(replacing: nil)), "\(outcomes)")
-                #expect(try await store.connections(of: ["carol"], app: app.id)["carol"]?[key.deviceID] == late)
+                let winner = try #require(try await store.connections(of: ["carol"], app: app.id)["carol"]?[key.deviceID])
+                #expect(winner.id == 200 + Int64(round))
+                switch outcomes {
+                case (.connected(nil), .connected(let replaced?)): #expect(replaced.id == 100 + Int64(round))
+                case (.superseded(let by), .connected(nil)): #expect(by == winner)
+                default: Issue.record("unexpected outcomes \(outcomes)")
+                }
             }
         }
     }
