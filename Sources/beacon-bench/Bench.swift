@@ -28,6 +28,28 @@ struct Online: AsyncParsableCommand {
         var connected: [BeaconClient] = []
         for name in names { connected.append(try await server.client(name)) }
         let devices = connected
+        print("online: \(clients) clients connected; offering \(rate) msg/s for \(seconds) s (\(rate * seconds) messages)")
+        let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
+        let (total, sendSeconds, elapsed, sorted) = (rate * seconds, load.sendSeconds, load.elapsed, load.latencies)
+        print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
+        print("delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))")
+        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        for device in devices { await device.logout() }
+        await server.stop()
+    }
+}
+
+/// Clients sending to each other at an offered rate (sender `i mod n` to receiver `(7i + 1) mod n`), each message
+/// carrying its send time so that the receiver measures the end-to-end latency.
+enum LiveLoad {
+    struct Result {
+        var sendSeconds: Double
+        var elapsed: Double
+        /// Latencies of the messages received (ms), sorted.
+        var latencies: [Double]
+    }
+
+    static func run(devices: [BeaconClient], names: [String], rate: Int, seconds: Int) async throws -> Result {
         let latencies = LatencyLog()
         let total = rate * seconds
         let receivers = Task {
@@ -36,8 +58,7 @@ struct Online: AsyncParsableCommand {
                     group.addTask {
                         for await message in device.messages {
                             guard case .number(let sentAt) = message.ext["t"] else { continue }
-                            let latency = Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6
-                            if latencies.record(latency) >= total { return }
+                            if latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6) >= total { return }
                         }
                     }
                 }
@@ -45,7 +66,6 @@ struct Online: AsyncParsableCommand {
                 group.cancelAll()
             }
         }
-        print("online: \(clients) clients connected; offering \(rate) msg/s for \(seconds) s (\(total) messages)")
         let start = monotonicNanoseconds()
         let tick = 10  // ms
         let perTick = max(1, rate * tick / 1000)
@@ -56,8 +76,8 @@ struct Online: AsyncParsableCommand {
                     let now = monotonicNanoseconds()
                     if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
                 }
-                let sender = devices[index % clients]
-                let receiver = names[(index * 7 + 1) % clients]
+                let sender = devices[index % devices.count]
+                let receiver = names[(index * 7 + 1) % devices.count]
                 group.addTask {
                     try await sender.send(
                         OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
@@ -72,13 +92,7 @@ struct Online: AsyncParsableCommand {
         }
         await receivers.value
         waitLimit.cancel()
-        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
-        let sorted = latencies.values.sorted()
-        print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
-        print("delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))")
-        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
-        for device in devices { await device.logout() }
-        await server.stop()
+        return Result(sendSeconds: sendSeconds, elapsed: Double(monotonicNanoseconds() - start) / 1e9, latencies: latencies.values.sorted())
     }
 }
 

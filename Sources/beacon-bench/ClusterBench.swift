@@ -64,53 +64,14 @@ struct Cluster: AsyncParsableCommand {
             connected.append(client)
         }
         let devices = connected
-        let latencies = LatencyLog()
         let total = rate * seconds
-        let receivers = Task {
-            await withTaskGroup(of: Void.self) { group in
-                for device in devices {
-                    group.addTask {
-                        for await message in device.messages {
-                            guard case .number(let sentAt) = message.ext["t"] else { continue }
-                            if latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6) >= total { return }
-                        }
-                    }
-                }
-                await group.next()
-                group.cancelAll()
-            }
-        }
         let crossNode = (0..<total).filter { $0 % clients % servers.count != (($0 * 7 + 1) % clients) % servers.count }.count
         print("cluster: \(engine), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
             + "(\(total) messages, \(crossNode) between nodes)")
         let transactionsBefore = transactions()
         let trafficBefore = servers.compactMap(\.server.clusterTraffic)
-        let start = monotonicNanoseconds()
-        let perTick = max(1, rate / 100)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<total {
-                if index % perTick == 0 {
-                    let due = start + UInt64(index / perTick) * 10_000_000
-                    let now = monotonicNanoseconds()
-                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
-                }
-                let sender = devices[index % clients]
-                let receiver = names[(index * 7 + 1) % clients]
-                group.addTask {
-                    try await sender.send(
-                        OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
-                }
-            }
-            try await group.waitForAll()
-        }
-        let waitLimit = Task {
-            try await Task.sleep(for: .seconds(30))
-            receivers.cancel()
-        }
-        await receivers.value
-        waitLimit.cancel()
-        let elapsed = Double(monotonicNanoseconds() - start) / 1e9
-        let sorted = latencies.values.sorted()
+        let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
+        let (elapsed, sorted) = (load.elapsed, load.latencies)
         print("delivered \(sorted.count) of \(total) in \(format(elapsed)) s: \(format(Double(sorted.count) / elapsed, 0)) msg/s")
         print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
         if let before = transactionsBefore, let after = transactions() {
