@@ -105,9 +105,11 @@ final class APNsConnection: Sendable {
         let request = (headers, ByteBuffer(bytes: notification.payload))
         let created = channel.eventLoop.makePromise(of: (any Channel).self)
         created.futureResult.whenFailure { error in response.fail(APNsFailure.connectionLost("could not open a stream: \(error)")) }
+        let state = self.state
         multiplexer.createStreamChannel(promise: created) { stream in
             stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(StreamResponseHandler(request: request, response: response, timeout: timeout))
+                try stream.pipeline.syncOperations.addHandler(
+                    StreamResponseHandler(request: request, response: response, timeout: timeout, connection: state))
             }
         }
         let answer: StreamResponse
@@ -406,6 +408,11 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A stream opened after APNs' GOAWAY concerns that stream alone: the ones APNs took still get their answers.
+        if error is NIOHTTP2Errors.CreatedStreamAfterGoaway {
+            context.fireErrorCaught(error)
+            return
+        }
         state.markClosed(reason: "\(error)")
         context.close(promise: nil)
     }
@@ -428,6 +435,7 @@ final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
     private let request: (headers: HPACKHeaders, body: ByteBuffer)
     private let response: EventLoopPromise<StreamResponse>
     private let timeout: Duration
+    private let connection: ConnectionState
     // Touched only on the stream's event loop.
     private var status: Int?
     private var headers = HPACKHeaders()
@@ -435,10 +443,11 @@ final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
     private var timer: Scheduled<Void>?
     private var done = false
 
-    init(request: (HPACKHeaders, ByteBuffer), response: EventLoopPromise<StreamResponse>, timeout: Duration) {
+    init(request: (HPACKHeaders, ByteBuffer), response: EventLoopPromise<StreamResponse>, timeout: Duration, connection: ConnectionState) {
         self.request = request
         self.response = response
         self.timeout = timeout
+        self.connection = connection
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -451,6 +460,14 @@ final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        // The stream took its slot before the connection read a GOAWAY that arrived meanwhile (the event loop handles I/O
+        // before queued tasks, so under load this is the usual order): HEADERS now would be a stream created after GOAWAY,
+        // a connection error in swift-nio-http2. Nothing was sent, so it fails as unprocessed (safe to send elsewhere).
+        if let reason = connection.goAwayReason ?? connection.closedReason {
+            finish(.failure(APNsFailure.connectionLost("GOAWAY: \(reason) (not sent)")))
+            context.close(promise: nil)
+            return
+        }
         context.write(wrapOutboundOut(.headers(.init(headers: request.headers))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(request.body), endStream: true))), promise: nil)
         context.fireChannelActive()
