@@ -203,6 +203,8 @@ struct Fanout: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "fanout", abstract: "Group fan-out through the whole push path into the simulator.")
 
     @Option var members = 10_000
+    @Option(help: "sqlite (default), or a postgres:// URL (a fresh schema is used and left behind).") var database = "sqlite"
+    @Option(help: "Nodes in this process sharing the PostgreSQL database (each pushes).") var nodes = 1
 
     func run() async throws {
         let simulator = try APNsSimulator(logger: .init(label: "bench.sim"))
@@ -211,15 +213,30 @@ struct Fanout: AsyncParsableCommand {
         let endpoints = await simulator.endpoints()
         let routing = APNsRouting.custom(
             host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: try NIOSSLCertificate.fromPEMBytes(Array(simulator.caPEM.utf8)))
-        let server = try await BenchServer.start { configuration in
-            configuration.apnsRouting = routing
-            configuration.secretBox = SecretBox(key: SymmetricKey(size: .bits256))
-            configuration.onPushConfiguration = { trust in
-                if case .tokenKey(let teamID, let keyID, let publicKeyPEM) = trust {
-                    try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
-                }
+        let key = SymmetricKey(size: .bits256)
+        let members = self.members
+        try await withBenchStores(database: database, nodes: nodes) { stores, engine, transactions in
+            var servers: [BenchServer] = []
+            for store in stores {
+                servers.append(
+                    try await BenchServer.start(store: store) { configuration in
+                        configuration.apnsRouting = routing
+                        configuration.secretBox = SecretBox(key: key)
+                        configuration.onPushConfiguration = { trust in
+                            if case .tokenKey(let teamID, let keyID, let publicKeyPEM) = trust {
+                                try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
+                            }
+                        }
+                    })
             }
+            try await Self.measure(servers, members: members, simulator: simulator, engine: engine, transactions: transactions)
         }
+    }
+
+    private static func measure(
+        _ servers: [BenchServer], members: Int, simulator: APNsSimulator, engine: String, transactions: @Sendable () -> Int?
+    ) async throws {
+        let server = servers[0]
         let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
         let names = (0..<members).map { "m\($0)" }
         _ = try await server.store.createUsers(names.map { NewUser(username: $0, passwordHash: "-") }, app: app.id, now: 0)
@@ -234,7 +251,8 @@ struct Fanout: AsyncParsableCommand {
         }
         try await server.store.createGroup(
             GroupRecord(appID: app.id, id: "g1", name: "all", description: "", owner: names[0], maxUsers: 100_000, createdAt: 0), members: names)
-        print("fanout: 1 group message to \(members - 1) offline members with bindings")
+        print("fanout: \(engine), \(servers.count) node(s); 1 group message to \(members - 1) offline members with bindings")
+        let transactionsBefore = transactions()
         let start = monotonicNanoseconds()
         let answer = try await REST.call(
             server.baseURL, "POST", "/bench/chat/messages/chatgroups",
@@ -250,6 +268,9 @@ struct Fanout: AsyncParsableCommand {
         let delivered = simulator.deliveries().count
         print("stored and acknowledged after \(format(stored, 0)) ms; simulator holds \(delivered) of \(expected) after \(format(elapsed)) s")
         print("end-to-end pushes/s: \(format(Double(delivered) / elapsed, 0)) (aim ≥ 10,000, ratio \(format(Double(delivered) / elapsed / 10_000)))")
-        await server.stop()
+        if let before = transactionsBefore, let after = transactions() {
+            print("database transactions: \(after - before) (\(format(Double(after - before) / Double(expected), 3)) per push)")
+        }
+        for server in servers { await server.stop() }
     }
 }

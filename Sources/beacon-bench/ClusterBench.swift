@@ -1,13 +1,10 @@
 import ArgumentParser
 import BeaconClient
 import BeaconCore
-import BeaconPostgres
 import BeaconServer
-import BeaconSQLite
 import BeaconStorage
 import Crypto
 import Foundation
-import Logging
 
 /// Live delivery between clients spread over N nodes on one PostgreSQL (or one node on SQLite, for comparison).
 struct Cluster: AsyncParsableCommand {
@@ -22,30 +19,12 @@ struct Cluster: AsyncParsableCommand {
     @Option(help: "Seconds of sending.") var seconds = 10
 
     func run() async throws {
-        let target = database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite"
-        if target == "sqlite" {
-            guard nodes == 1 else { throw ValidationError("SQLite serves one node") }
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
-            let store = try SQLiteStore(directory: directory.path)
-            try await measure([try await BenchServer.start(store: store, configure: Self.configure)], engine: "sqlite", transactions: { nil })
-            return
+        try await withBenchStores(database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes) {
+            stores, engine, transactions in
+            var servers: [BenchServer] = []
+            for store in stores { servers.append(try await BenchServer.start(store: store, configure: Self.configure)) }
+            try await measure(servers, engine: engine, transactions: transactions)
         }
-        let url = target + (target.contains("?") ? "&" : "?") + "schema=bench_" + UUID().uuidString.lowercased().filter(\.isHexDigit)
-        let logger = {
-            var logger = Logger(label: "beacon.bench")
-            logger.logLevel = .error
-            return logger
-        }()
-        @Sendable func open(_ stores: [PostgresStore]) async throws {
-            guard stores.count < nodes else {
-                var servers: [BenchServer] = []
-                for store in stores { servers.append(try await BenchServer.start(store: store, configure: Self.configure)) }
-                try await measure(servers, engine: "postgres", transactions: { stores.map(\.transactionsRun).reduce(0, +) })
-                return
-            }
-            try await PostgresStore.withStore(url: url, logger: logger) { try await open(stores + [$0]) }
-        }
-        try await open([])
     }
 
     /// The same secret key on every node (tokens issued by one are valid on all), push on (as in production).

@@ -1,5 +1,6 @@
 import BeaconClient
 import BeaconCore
+import BeaconPostgres
 import BeaconServer
 import BeaconSQLite
 import BeaconStorage
@@ -118,3 +119,29 @@ func monotonicNanoseconds() -> UInt64 {
 }
 
 func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", value) }
+
+/// Runs `body` with `nodes` stores on one database: `sqlite` (one node, a fresh directory) or a `postgres://` URL (a fresh
+/// schema, one pool per node, as separate processes have). The engine's name and a count of PostgreSQL transactions
+/// run so far (nil on SQLite) come with them.
+func withBenchStores(
+    database: String, nodes: Int, _ body: @Sendable ([any BeaconStore], _ engine: String, _ transactions: @escaping @Sendable () -> Int?) async throws -> Void
+) async throws {
+    if database == "sqlite" {
+        guard nodes == 1 else { throw BenchError("SQLite serves one node") }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
+        return try await body([try SQLiteStore(directory: directory.path)], "sqlite", { nil })
+    }
+    let url = database + (database.contains("?") ? "&" : "?") + "schema=bench_" + UUID().uuidString.lowercased().filter(\.isHexDigit)
+    let logger = {
+        var logger = Logger(label: "beacon.bench")
+        logger.logLevel = .error
+        return logger
+    }()
+    @Sendable func open(_ stores: [PostgresStore]) async throws {
+        guard stores.count < nodes else {
+            return try await body(stores, "postgres", { stores.map(\.transactionsRun).reduce(0, +) })
+        }
+        try await PostgresStore.withStore(url: url, logger: logger) { try await open(stores + [$0]) }
+    }
+    try await open([])
+}
