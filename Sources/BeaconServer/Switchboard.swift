@@ -167,9 +167,12 @@ final class ClusterLink: Sendable {
 
     /// Hands freshly stored entries to the other nodes holding connected devices of their users.
     func relay(_ entries: [InboxEntry], app: Int64) async {
+        let users = Array(Set(entries.map(\.username)))
         await withRetries("finding the nodes of connected devices") {
-            let usersByNode = try await usersOnOtherNodes(Array(Set(entries.map(\.username))), app: app)
-            guard !usersByNode.isEmpty else { return }
+            var usersByNode: [Int64: Set<String>] = [:]
+            for (username, devices) in try await store.connections(of: users, app: app) {
+                for connection in devices.values where connection.node != node.epoch { usersByNode[connection.node, default: []].insert(username) }
+            }
             // Large messages are not copied into letters either: a letter stays small whatever the message.
             let small = entries.allSatisfy { $0.message.isSmallEnoughToRelay }
             try await postOnce(
@@ -184,18 +187,9 @@ final class ClusterLink: Sendable {
     /// Posts `notice` to every other node holding a connected device of `usernames`.
     func relay(_ notice: ClusterNotice, to usernames: [String], app: Int64) async {
         await withRetries("finding the nodes of connected devices") {
-            let nodes = try await usersOnOtherNodes(usernames, app: app).keys
-            try await postOnce(Dictionary(uniqueKeysWithValues: nodes.map { ($0, notice) }))
+            let nodes = Set(try await store.connections(of: usernames, app: app).values.flatMap { $0.values.map(\.node) })
+            try await postOnce(Dictionary(uniqueKeysWithValues: nodes.subtracting([node.epoch]).map { ($0, notice) }))
         }
-    }
-
-    /// Which of the users have a connected device on each other node.
-    private func usersOnOtherNodes(_ usernames: [String], app: Int64) async throws -> [Int64: Set<String>] {
-        var usersByNode: [Int64: Set<String>] = [:]
-        for (username, devices) in try await store.connections(of: usernames, app: app) {
-            for connection in devices.values where connection.node != node.epoch { usersByNode[connection.node, default: []].insert(username) }
-        }
-        return usersByNode
     }
 
     private func post(_ notices: [Int64: ClusterNotice]) async {
