@@ -106,9 +106,8 @@ final class ClusterLink: Sendable {
     /// Wakes `ClusterService`'s resync loop.
     let resyncs = WakeSignal()
     private let resyncWanted = Atomic<Bool>(false)
-    /// When the last successful heartbeat was sent, and since when they have succeeded without a failure (nil: the last
-    /// one failed).
-    private let beats = Mutex<(last: ContinuousClock.Instant, steadySince: ContinuousClock.Instant?)>((.now, .now))
+    private let lastHeartbeat = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+    private let healthySince = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
 
     /// Letters posted to other nodes so far.
     var lettersPosted: Int { posted.load(ordering: .relaxed) }
@@ -270,28 +269,28 @@ final class ClusterLink: Sendable {
 
     /// Records a successful heartbeat, sent at `sent` (what the others saw is at least that recent).
     func noteHeartbeat(sentAt sent: ContinuousClock.Instant) {
-        beats.withLock { beats in
-            beats.last = sent
-            beats.steadySince = beats.steadySince ?? sent
-        }
+        let at = sent.nanosecondsSinceStart
+        lastHeartbeat.store(at, ordering: .relaxed)
+        _ = healthySince.compareExchange(expected: .min, desired: at, ordering: .relaxed)
     }
 
     /// Records a failed heartbeat: contact with the database is broken.
     func noteHeartbeatFailed() {
-        beats.withLock { $0.steadySince = nil }
+        healthySince.store(.min, ordering: .relaxed)
     }
 
     /// Whether heartbeats have succeeded without a failure for `duration`: after an outage every node's heartbeat is late,
     /// and a node must not declare the others dead before they had the same chance to beat again.
     func hasBeatenSteadily(for duration: Duration) -> Bool {
-        guard let since = beats.withLock({ $0.steadySince }) else { return false }
-        return since.duration(to: .now) >= duration
+        let since = healthySince.load(ordering: .relaxed)
+        guard since != .min else { return false }
+        return ContinuousClock.now.nanosecondsSinceStart - since >= Int64(duration.components.seconds) * 1_000_000_000
     }
 
     /// Whether this node's last heartbeat is recent enough that no other node can have declared it dead: a node that
     /// cannot beat stops claiming pushes (another node may be about to release and send them).
     var isSafelyAlive: Bool {
-        beats.withLock { $0.last }.duration(to: .now) < ClusterService.safeSilence
+        ContinuousClock.now.nanosecondsSinceStart - lastHeartbeat.load(ordering: .relaxed) < Int64(ClusterService.safeSilence.components.seconds) * 1_000_000_000
     }
 }
 
@@ -321,3 +320,13 @@ final class PendingWakeups: Sendable {
         }
     }
 }
+
+extension ContinuousClock.Instant {
+    /// Nanoseconds since an arbitrary fixed point (the first call), to keep an instant in an atomic.
+    var nanosecondsSinceStart: Int64 {
+        let elapsed = processStart.duration(to: self).components
+        return elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+    }
+}
+
+private let processStart = ContinuousClock.now
