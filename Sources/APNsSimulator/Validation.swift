@@ -91,6 +91,7 @@ struct RequestValidator {
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
         guard !body.isEmpty else { return reject(.payloadEmpty) }
         guard body.count <= pushType.maxPayloadBytes else { return reject(.payloadTooLarge) }
+        if pushType == .background, !Self.isBackgroundPayload(body) { return reject(.invalidPushType) }
 
         // The device token's own state.
         let lookup = state.data.withLock { data in
@@ -110,6 +111,15 @@ struct RequestValidator {
             deviceToken: token, topic: topic, pushType: pushType.rawValue, priority: priority, expiration: expiration, collapseID: collapseID,
             apnsID: apnsID, payload: payload, receivedAt: Int64(now.timeIntervalSince1970 * 1000))
         return (.accepted(apnsID: apnsID), delivery)
+    }
+
+    /// A background push's `aps` holds `content-available: 1` and no alert, badge or sound (Apple: "leave out alert, badge
+    /// and sound"). APNs itself accepts such a push and the device then treats it unpredictably; the simulator refuses it,
+    /// so that tests catch the mistake.
+    static func isBackgroundPayload(_ body: [UInt8]) -> Bool {
+        guard let root = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any], let aps = root["aps"] as? [String: Any]
+        else { return false }
+        return (aps["content-available"] as? Int) == 1 && aps["alert"] == nil && aps["badge"] == nil && aps["sound"] == nil
     }
 
     /// Checks `authorization: bearer <JWT>`: format, known key, signature, age, and the 20-minute rule.

@@ -94,9 +94,15 @@ public actor BeaconClient {
     public nonisolated let messages: MessageStream
     /// Connection changes.
     public nonisolated let events: AsyncStream<ConnectionEvent>
+    /// Read markers of this user's conversations as they move (read on any device, this one included, each with the new
+    /// badge), and after each connect those that moved while this device was away.
+    public nonisolated let reads: AsyncStream<ReadState>
 
     private let messageSink: AsyncStream<MessageStream.Delivery>.Continuation
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
+    private let readSink: AsyncStream<ReadState>.Continuation
+    /// The newest read-state version received: a connection asks for the markers changed after it.
+    private var readsVersion: Int64 = 0
     private let logger: Logger
     private var token: String?
     public private(set) var username: String?
@@ -127,6 +133,7 @@ public actor BeaconClient {
         let (deliveries, messageSink) = AsyncStream.makeStream(of: MessageStream.Delivery.self)
         self.messageSink = messageSink
         (events, eventSink) = AsyncStream.makeStream(of: ConnectionEvent.self)
+        (reads, readSink) = AsyncStream.makeStream(of: ReadState.self)
         messages = MessageStream(deliveries: deliveries)
         messages.owner.attach(self)
     }
@@ -209,6 +216,7 @@ public actor BeaconClient {
         // The next login may be another user (or this one on another inbox): its positions start from its `welcome`.
         session += 1
         (lastSeq, takenSeq, ackedSeq, syncedSeq) = (0, 0, 0, 0)
+        readsVersion = 0
     }
 
     /// Sends a message; returns it as the server stored it (id, timestamp).
@@ -267,7 +275,9 @@ public actor BeaconClient {
         while !Task.isCancelled, let token {
             var url = URLComponents(url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)!
             url.scheme = url.scheme == "https" ? "wss" : "ws"
-            url.queryItems = [URLQueryItem(name: "device_id", value: options.deviceID)]
+            url.queryItems = [
+                URLQueryItem(name: "device_id", value: options.deviceID), URLQueryItem(name: "reads_since", value: String(readsVersion)),
+            ]
             var headers = HTTPFields()
             headers[.authorization] = "Bearer \(token)"
             stopReconnecting = false
@@ -327,6 +337,9 @@ public actor BeaconClient {
             eventSink.yield(.synced(seq: seq))
         case .pong:
             break
+        case .read(let state):
+            readsVersion = max(readsVersion, state.version)
+            readSink.yield(state)
         case .error(let id, let code, let description):
             if let id, let continuation = pendingSends.removeValue(forKey: id) {
                 pendingDrafts[id] = nil

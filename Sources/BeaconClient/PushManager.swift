@@ -190,6 +190,28 @@ public struct PushPayload: Sendable, Hashable {
     public var messageID: String?
     /// The sender's custom content (`em_apns_ext.extern` / `em_push_ext.custom`).
     public var extra: JSONValue?
+    /// Set for Beacon's background push telling what the user read on another device (not a message notification).
+    public var withdrawal: Withdrawal?
+
+    /// What was read elsewhere: the notifications to remove and the badge to show.
+    public struct Withdrawal: Sendable, Hashable {
+        /// One conversation read up to a message.
+        public struct Read: Sendable, Hashable {
+            public var chatType: ChatType
+            /// The peer's username (1:1) or the group id: the `thread-id` of its notifications.
+            public var conversation: String
+            public var upTo: UInt64
+        }
+
+        public var badge: Int
+        public var reads: [Read]
+
+        /// Whether a delivered notification (its `thread-id` and Beacon's `m`, the message id) shows a message now read.
+        public func covers(threadID: String?, messageID: String?) -> Bool {
+            guard let threadID, let id = messageID.flatMap({ UInt64($0) }) else { return false }
+            return reads.contains { $0.conversation == threadID && id <= $0.upTo }
+        }
+    }
 
     /// Parses the JSON payload bytes.
     public init(json: Data) throws {
@@ -207,6 +229,15 @@ public struct PushPayload: Sendable, Hashable {
         group = root["g"]?.stringValue
         messageID = root["m"]?.stringValue
         extra = root["e"]
+        if let beacon = root["beacon"], let badge = beacon["badge"]?.intValue {
+            let reads: [Withdrawal.Read] = (beacon["read"]?.arrayValue ?? []).compactMap { read in
+                guard let type = read["chat_type"]?.stringValue.flatMap(ChatType.init), let conversation = read["conversation"]?.stringValue,
+                    let upTo = read["up_to"]?.stringValue.flatMap({ UInt64($0) })
+                else { return nil }
+                return Withdrawal.Read(chatType: type, conversation: conversation, upTo: upTo)
+            }
+            withdrawal = Withdrawal(badge: badge, reads: reads)
+        }
     }
 
     /// Parses `UNNotificationContent.userInfo` / `didReceiveRemoteNotification` dictionaries.
@@ -215,3 +246,22 @@ public struct PushPayload: Sendable, Hashable {
         try self.init(json: try JSONSerialization.data(withJSONObject: object))
     }
 }
+
+#if canImport(UserNotifications)
+import UserNotifications
+
+extension PushPayload.Withdrawal {
+    /// Removes the delivered notifications of messages now read and sets the app's badge: what the app does with
+    /// Beacon's background push (`application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`).
+    @available(iOS 16.0, macOS 13.0, watchOS 9.0, tvOS 16.0, *)
+    public func apply(to center: UNUserNotificationCenter = .current()) async {
+        let delivered = await center.deliveredNotifications()
+        let read = delivered.filter { notification in
+            let content = notification.request.content
+            return covers(threadID: content.threadIdentifier, messageID: content.userInfo["m"] as? String)
+        }
+        center.removeDeliveredNotifications(withIdentifiers: read.map(\.request.identifier))
+        try? await center.setBadgeCount(badge)
+    }
+}
+#endif

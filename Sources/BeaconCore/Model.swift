@@ -83,6 +83,14 @@ public struct Message: Sendable, Hashable, Codable {
         self.onlineOnly = onlineOnly
     }
 
+    /// Whether the message counts as unread for its receivers (their conversations' unread counts and their badge):
+    /// not `cmd`, not online-only, not silent (`em_ignore_notification`) and not marked to leave the badge alone
+    /// (`em_apns_ext.em_push_badge_unchanged`, Tencent's `BadgeMode: 1`).
+    public var countsAsUnread: Bool {
+        type != .cmd && !onlineOnly && ext["em_ignore_notification"]?.boolValue != true
+            && ext["em_apns_ext"]?["em_push_badge_unchanged"]?.boolValue != true
+    }
+
     /// The conversation this message belongs to, as seen by `username`.
     public func conversation(for username: String) -> ConversationID {
         switch chatType {

@@ -20,6 +20,17 @@ public enum Validation {
         }
     }
 
+    /// A conversation's key (a peer's username or a group id): 1–128 bytes.
+    public static func validateConversationKey(_ key: String) throws(BeaconError) {
+        guard (1...128).contains(key.utf8.count) else { throw .illegal("conversation must be 1-128 bytes") }
+    }
+
+    /// A message id as clients write it: a decimal string.
+    public static func messageID(_ text: String) throws(BeaconError) -> UInt64 {
+        guard let id = UInt64(text) else { throw .illegal("message id '\(text.prefix(40))' must be a decimal number") }
+        return id
+    }
+
     /// Org and app names: letters, digits, `_ - .`, 1–64 characters.
     public static func isValidName(_ name: String) -> Bool {
         (1...64).contains(name.utf8.count)

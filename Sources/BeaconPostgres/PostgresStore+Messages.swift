@@ -58,7 +58,7 @@ extension PostgresStore {
                 exts: [String], timestamps: [Int64]) = ([], [], [], [], [], [], [], [])
             // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
             var inboxRows: (usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
-                origins: [String], created: [Int64]) = ([], [], [], [], [], [], [])
+                origins: [String], created: [Int64], counts: [Bool]) = ([], [], [], [], [], [], [], [])
             var routes: (ids: [Int64], created: [Int64]) = ([], [])
             for (new, id, body, ext) in encoded {
                 let message = new.message
@@ -70,6 +70,7 @@ extension PostgresStore {
                 messageRows.bodies.append(body)
                 messageRows.exts.append(ext)
                 messageRows.timestamps.append(message.timestamp)
+                let countsAsUnread = message.countsAsUnread
                 for delivery in new.deliveries {
                     guard let before = firstSeq[delivery.username] else { continue }  // no such user
                     let seq = before + 1
@@ -81,6 +82,7 @@ extension PostgresStore {
                     inboxRows.chatTypes.append(message.chatType.rawValue)
                     inboxRows.origins.append(delivery.originDevice ?? "")
                     inboxRows.created.append(message.timestamp)
+                    inboxRows.counts.append(countsAsUnread && delivery.username != message.from)
                     entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
                 }
                 if new.routesPushes {
@@ -98,10 +100,10 @@ extension PostgresStore {
             if !inboxRows.seqs.isEmpty {
                 try await connection.query(
                     """
-                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at)
-                    SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
+                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
+                    SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a, n FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
                         \(inboxRows.ids)::bigint[], \(inboxRows.conversations)::text[], \(inboxRows.chatTypes)::text[],
-                        \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[]) AS r(u, s, i, c, t, o, a)
+                        \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[], \(inboxRows.counts)::boolean[]) AS r(u, s, i, c, t, o, a, n)
                     """, logger: logger)
             }
             if !routes.ids.isEmpty {
@@ -176,9 +178,6 @@ extension PostgresStore {
         return try row["acked"].decode(Int64.self) >= row["seq"].decode(Int64.self) ? .delivered : .undelivered
     }
 
-    public func setBadge(of username: String, app: Int64, to value: Int) async throws {
-        try await execute("UPDATE users SET badge = \(max(0, value)) WHERE app_id = \(app) AND username = \(username)")
-    }
 
     // MARK: Retention
 

@@ -63,32 +63,10 @@ extension PostgresStore {
         }
     }
 
-    /// Raises badges (users locked in username order), splices them into payloads and inserts the jobs of `route`.
+    /// Splices the receivers' badges into payloads and inserts the jobs of `route`.
     private func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
-        var badges: [String: Int] = [:]
-        let raised = route.raisesBadge.sorted()
-        if !raised.isEmpty {
-            for row in try await connection.query(
-                """
-                WITH locked AS (
-                    SELECT username FROM users WHERE app_id = \(app) AND username = ANY(\(raised)) ORDER BY username FOR UPDATE)
-                UPDATE users u SET badge = u.badge + 1 FROM locked l WHERE u.app_id = \(app) AND u.username = l.username
-                RETURNING u.username, u.badge
-                """, logger: logger
-            ).collect() {
-                let (username, badge) = try row.decode((String, Int).self)
-                badges[username] = badge
-            }
-        }
-        let unraised = Set(route.jobs.filter { $0.badgeOffset != nil && $0.skipReason == nil && badges[$0.username] == nil }.map(\.username))
-        if !unraised.isEmpty {
-            for row in try await connection.query(
-                "SELECT username, badge FROM users WHERE app_id = \(app) AND username = ANY(\(Array(unraised)))", logger: logger
-            ).collect() {
-                let (username, badge) = try row.decode((String, Int).self)
-                badges[username] = badge
-            }
-        }
+        let badged = Set(route.jobs.filter { $0.badgeOffset != nil && $0.skipReason == nil }.map(\.username))
+        let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }
         // postgres-nio binds arrays without NULL elements: "" stands for none (no collapse id or reason is empty).
         var columns: (usernames: [String], devices: [String], notifiers: [String], tokens: [String], topics: [String], types: [String],
@@ -135,6 +113,8 @@ extension PostgresStore {
                 AND b.notifier = j.notifier
             WHERE j.app_id = \(app) AND j.username = \(username) AND j.status = 'skipped' AND j.last_reason = 'online'
                 AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = \(app) AND username = \(username)), 0)
+                AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
+                    AND r.username = i.username AND r.conversation = i.conversation), 0)
             ORDER BY i.seq, j.device_id COLLATE "C", j.notifier COLLATE "C" LIMIT \(max(limit, 0))
             """)
         var order: [Int64] = []

@@ -196,5 +196,27 @@ extension PostgresStore {
                 "ALTER TABLE push_jobs ADD COLUMN claimed_by BIGINT NOT NULL DEFAULT 0",
                 "CREATE INDEX push_jobs_claimed_by ON push_jobs (claimed_by) WHERE status = 'pending' AND claimed_by != 0",
             ]),
+        Migration(
+            version: "v3-read-state",
+            sql: [
+                // The badge becomes the unread count: `badge` is now only the total a client reported (at inbox position
+                // `badge_seq`). Entries stored before count as unread when received and not `cmd`.
+                "ALTER TABLE inbox ADD COLUMN counts BOOLEAN NOT NULL DEFAULT false",
+                """
+                UPDATE inbox i SET counts = true FROM messages m
+                WHERE m.app_id = i.app_id AND m.id = i.message_id AND m.sender != i.username AND m.type != 'cmd'
+                """,
+                "UPDATE users SET badge = 0",
+                "ALTER TABLE users ADD COLUMN badge_seq BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE users ADD COLUMN read_version BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE apps ADD COLUMN badge_counts_muted BOOLEAN NOT NULL DEFAULT false",
+                """
+                CREATE TABLE conversation_reads (
+                    app_id BIGINT NOT NULL, username TEXT NOT NULL, conversation TEXT NOT NULL, read_seq BIGINT NOT NULL,
+                    up_to BIGINT NOT NULL, version BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+                    PRIMARY KEY (app_id, username, conversation))
+                """,
+                "CREATE INDEX conversation_reads_by_version ON conversation_reads (app_id, username, version)",
+            ]),
     ]
 }

@@ -262,7 +262,7 @@ public final class PostgresStore: BeaconStore {
             let deleted = try await connection.query(
                 "DELETE FROM users WHERE app_id = \(app) AND username = \(username) RETURNING 1", logger: logger
             ).collect().count
-            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings"] {
+            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings", "conversation_reads"] {
                 try await connection.query(
                     PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE app_id = $1 AND username = $2", binds: Self.binds(app, username)),
                     logger: logger)

@@ -14,6 +14,12 @@ public enum ClientFrame: Sendable, Hashable {
     /// The device is going away: it is offline from this frame on (pushes resume at once); answered with
     /// `closing(reason: "logout")` before the server closes the connection.
     case logout
+    /// The user has read the conversation up to message `upTo` (everything so far when nil).
+    case read(chatType: ChatType, conversation: String, upTo: String?)
+    /// The user has read every conversation.
+    case readAll
+    /// The badge the app shows (its own unread total, e.g. when it goes to background): counting continues from it.
+    case badge(count: Int)
 
     public struct SendRequest: Sendable, Hashable, Codable {
         public var id: String
@@ -58,10 +64,40 @@ public enum ServerFrame: Sendable, Hashable {
     case error(id: String?, code: String, description: String)
     /// The server closes this connection: `replaced` (same device connected again) or `kicked` (must log in again).
     case closing(reason: String)
+    /// The user read a conversation (on any device): its read marker moved.
+    case read(ReadState)
+}
+
+/// A conversation's read marker as devices receive it (`read` frame).
+public struct ReadState: Sendable, Hashable, Codable {
+    public var chatType: ChatType
+    /// The peer's username (1:1) or the group id.
+    public var conversation: String
+    /// Read up to and including this message id (decimal string).
+    public var upTo: String
+    /// Its position in the user's inbox: entries of the conversation at or below it are read.
+    public var seq: Int64
+    /// The user's read-state version of this change; a device that reconnects with `reads_since=V` gets the markers above V.
+    public var version: Int64
+    /// The user's badge after the change (absent in the markers sent after connecting).
+    public var badge: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case chatType = "chat_type", conversation, upTo = "up_to", seq, version, badge
+    }
+
+    public init(chatType: ChatType, conversation: String, upTo: String, seq: Int64, version: Int64, badge: Int? = nil) {
+        self.chatType = chatType
+        self.conversation = conversation
+        self.upTo = upTo
+        self.seq = seq
+        self.version = version
+        self.badge = badge
+    }
 }
 
 extension ClientFrame: Codable {
-    enum CodingKeys: String, CodingKey { case op, seq }
+    enum CodingKeys: String, CodingKey { case op, seq, chatType = "chat_type", conversation, upTo = "up_to", count }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -72,6 +108,12 @@ extension ClientFrame: Codable {
         case "sync": self = .sync
         case "ping": self = .ping
         case "logout": self = .logout
+        case "read":
+            self = .read(
+                chatType: try container.decode(ChatType.self, forKey: .chatType), conversation: try container.decode(String.self, forKey: .conversation),
+                upTo: try container.decodeIfPresent(String.self, forKey: .upTo))
+        case "read_all": self = .readAll
+        case "badge": self = .badge(count: try container.decode(Int.self, forKey: .count))
         default:
             throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op '\(op)'")
         }
@@ -89,6 +131,15 @@ extension ClientFrame: Codable {
         case .sync: try container.encode("sync", forKey: .op)
         case .ping: try container.encode("ping", forKey: .op)
         case .logout: try container.encode("logout", forKey: .op)
+        case .read(let chatType, let conversation, let upTo):
+            try container.encode("read", forKey: .op)
+            try container.encode(chatType, forKey: .chatType)
+            try container.encode(conversation, forKey: .conversation)
+            try container.encodeIfPresent(upTo, forKey: .upTo)
+        case .readAll: try container.encode("read_all", forKey: .op)
+        case .badge(let count):
+            try container.encode("badge", forKey: .op)
+            try container.encode(count, forKey: .count)
         }
     }
 }
@@ -121,6 +172,7 @@ extension ServerFrame: Codable {
                 id: try c.decodeIfPresent(String.self, forKey: .id), code: try c.decode(String.self, forKey: .code),
                 description: try c.decode(String.self, forKey: .description))
         case "closing": self = .closing(reason: try c.decode(String.self, forKey: .reason))
+        case "read": self = .read(try ReadState(from: decoder))
         default:
             throw DecodingError.dataCorruptedError(forKey: .op, in: c, debugDescription: "unknown op '\(op)'")
         }
@@ -155,6 +207,9 @@ extension ServerFrame: Codable {
         case .closing(let reason):
             try c.encode("closing", forKey: .op)
             try c.encode(reason, forKey: .reason)
+        case .read(let state):
+            try c.encode("read", forKey: .op)
+            try state.encode(to: encoder)
         }
     }
 }

@@ -30,8 +30,8 @@ extension SQLiteStore {
                 sql: "UPDATE users SET inbox_seq = inbox_seq + 1 WHERE app_id = ? AND username = ? RETURNING inbox_seq")
             let insertEntry = try db.cachedStatement(
                 sql: """
-                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
             let insertRoute = try db.cachedStatement(sql: "INSERT INTO pending_routes (app_id, message_id, created_at) VALUES (?, ?, ?)")
             var entries: [InboxEntry] = []
@@ -40,11 +40,12 @@ extension SQLiteStore {
                 try insertMessage.execute(arguments: [
                     app, id, message.from, message.to, message.chatType.rawValue, message.type.rawValue, body, ext, message.timestamp,
                 ])
+                let countsAsUnread = message.countsAsUnread
                 for delivery in new.deliveries {
                     guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
                     try insertEntry.execute(arguments: [
                         app, delivery.username, seq, id, message.conversation(for: delivery.username).description, message.chatType.rawValue,
-                        delivery.originDevice, message.timestamp,
+                        delivery.originDevice, message.timestamp, countsAsUnread && delivery.username != message.from,
                     ])
                     entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
                 }
@@ -119,12 +120,6 @@ extension SQLiteStore {
             let acked = try Int64.fetchOne(
                 db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
             return acked >= seq ? .delivered : .undelivered
-        }
-    }
-
-    public func setBadge(of username: String, app: Int64, to value: Int) async throws {
-        try await pool.write { db in
-            try db.execute(sql: "UPDATE users SET badge = ? WHERE app_id = ? AND username = ?", arguments: [max(0, value), app, username])
         }
     }
 

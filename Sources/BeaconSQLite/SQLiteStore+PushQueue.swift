@@ -73,14 +73,9 @@ extension SQLiteStore {
         }
     }
 
-    /// Raises badges, splices them into payloads and inserts the jobs of `route`.
+    /// Splices the receivers' badges into payloads and inserts the jobs of `route`.
     private static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
-        let raise = try db.cachedStatement(sql: "UPDATE users SET badge = badge + 1 WHERE app_id = ? AND username = ? RETURNING badge")
-        let current = try db.cachedStatement(sql: "SELECT badge FROM users WHERE app_id = ? AND username = ?")
         var badges: [String: Int] = [:]
-        for username in route.raisesBadge.sorted() {
-            badges[username] = try Int.fetchOne(raise, arguments: [app, username])
-        }
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
@@ -91,7 +86,7 @@ extension SQLiteStore {
             var payload = job.payload
             if let offset = job.badgeOffset, job.skipReason == nil {
                 if badges[job.username] == nil {
-                    badges[job.username] = try Int.fetchOne(current, arguments: [app, job.username]) ?? 0
+                    badges[job.username] = try badge(of: job.username, app: app, db: db)
                 }
                 payload = JSONWriter.insertBadge(badges[job.username] ?? 0, into: payload, atUTF8Offset: offset)
             }
@@ -114,6 +109,8 @@ extension SQLiteStore {
                         AND b.notifier = j.notifier
                     WHERE j.app_id = ? AND j.username = ? AND j.status = 'skipped' AND j.last_reason = 'online'
                         AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
+                        AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
+                            AND r.username = i.username AND r.conversation = i.conversation), 0)
                     ORDER BY i.seq, j.device_id, j.notifier LIMIT ?
                     """,
                 arguments: [app, username, app, username, max(limit, 0)])

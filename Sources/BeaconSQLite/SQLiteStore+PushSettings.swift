@@ -226,19 +226,22 @@ extension SQLiteStore {
 
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
         try await pool.read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT multi_device, default_timezone, display_strings FROM apps WHERE id = ?", arguments: [app])
+            let row = try Row.fetchOne(
+                db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?", arguments: [app])
             let strings = (row?["display_strings"] as String?).flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
             return PushPolicyRecord(
-                multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC", displayStrings: strings ?? [:])
+                multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC", displayStrings: strings ?? [:],
+                badgeCountsMuted: row?["badge_counts_muted"] ?? false)
         }
     }
 
     public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
         try await pool.write { db in
             try db.execute(
-                sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ? WHERE id = ?",
+                sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ?, badge_counts_muted = ? WHERE id = ?",
                 arguments: [
-                    policy.multiDevice, policy.timezone, String(decoding: try JSONEncoder().encode(policy.displayStrings), as: UTF8.self), app,
+                    policy.multiDevice, policy.timezone, String(decoding: try JSONEncoder().encode(policy.displayStrings), as: UTF8.self),
+                    policy.badgeCountsMuted, app,
                 ])
         }
     }

@@ -168,6 +168,26 @@ public final class SQLiteStore: BeaconStore {
                     DELETE FROM settings WHERE name = 'token_signing_key';
                     """)
         }
+        migrator.registerMigration("v8-read-state") { db in
+            // The badge becomes the unread count: `badge` is now only the total a client reported (at inbox position
+            // `badge_seq`), so the old "since last online" counters are cleared. Entries stored before this migration
+            // count as unread when they were received and not `cmd` (their ext flags are not looked at).
+            try db.execute(
+                sql: """
+                    ALTER TABLE inbox ADD COLUMN counts INTEGER NOT NULL DEFAULT 0;
+                    UPDATE inbox SET counts = 1 WHERE EXISTS (SELECT 1 FROM messages m WHERE m.app_id = inbox.app_id
+                        AND m.id = inbox.message_id AND m.sender != inbox.username AND m.type != 'cmd');
+                    UPDATE users SET badge = 0;
+                    ALTER TABLE users ADD COLUMN badge_seq INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE users ADD COLUMN read_version INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE apps ADD COLUMN badge_counts_muted INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE conversation_reads (
+                        app_id INTEGER NOT NULL, username TEXT NOT NULL, conversation TEXT NOT NULL, read_seq INTEGER NOT NULL,
+                        up_to INTEGER NOT NULL, version INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+                        PRIMARY KEY (app_id, username, conversation));
+                    CREATE INDEX conversation_reads_by_version ON conversation_reads (app_id, username, version);
+                    """)
+        }
         return migrator
     }
 
@@ -298,7 +318,7 @@ public final class SQLiteStore: BeaconStore {
 
     public func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool {
         try await pool.write { db in
-            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings"] {
+            for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings", "conversation_reads"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
             }
             try db.execute(

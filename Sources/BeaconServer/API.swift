@@ -75,13 +75,25 @@ struct API: Sendable {
     }
 
     func body<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+        try Self.decode(T.self, from: try await collectBody(of: request))
+    }
+
+    /// The decoded body, or nil when the request has none.
+    func bodyIfPresent<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T? {
+        let buffer = try await collectBody(of: request)
+        return buffer.readableBytes == 0 ? nil : try Self.decode(T.self, from: buffer)
+    }
+
+    private func collectBody(of request: Request) async throws -> ByteBuffer {
         var request = request
-        let buffer: ByteBuffer
         do {
-            buffer = try await request.collectBody(upTo: Self.maxBodyBytes)
+            return try await request.collectBody(upTo: Self.maxBodyBytes)
         } catch is NIOTooManyBytesError {
             throw BeaconError(.requestTooLarge, "request body exceeds \(Self.maxBodyBytes) bytes")
         }
+    }
+
+    private static func decode<T: Decodable>(_ type: T.Type, from buffer: ByteBuffer) throws -> T {
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer: buffer))
         } catch {

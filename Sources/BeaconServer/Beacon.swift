@@ -90,6 +90,7 @@ public struct BeaconServer: Sendable {
     let switchboard: Switchboard
     let cursors: CursorBook
     let messages: MessageService
+    let reads: ReadService
     let pushConfigs: PushConfigs?
     let pushWorker: PushWorker?
     let pushRouter: PushRouter?
@@ -137,6 +138,9 @@ public struct BeaconServer: Sendable {
         self.pushRouter = pushRouter
         messages = MessageService(
             store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, logger: logger)
+        var withdrawalsStored: (@Sendable () -> Void)?
+        if let worker = pushWorker { withdrawalsStored = { worker.jobsStored() } }
+        reads = ReadService(store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
         api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
     }
 
@@ -181,7 +185,7 @@ public struct BeaconServer: Sendable {
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
         router.get("/health") { _, _ in "ok" }
         Routes(
-            api: api, messages: messages, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
+            api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
             passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration)
             .register(on: router, table: routes)
@@ -194,8 +198,11 @@ public struct BeaconServer: Sendable {
             return .upgrade([:])
         } onUpgrade: { inbound, outbound, context in
             let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
+            // Read markers changed after this version are sent after `welcome` (the SDK remembers the last one it saw).
+            let readsSince = context.request.uri.queryParameters.get("reads_since").flatMap { Int64($0) } ?? 0
             let session = DeviceSession(
-                app: app, username: username, deviceID: deviceID, messages: messages, switchboard: switchboard, cursors: cursors,
+                app: app, username: username, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
+                switchboard: switchboard, cursors: cursors,
                 outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered,
                 reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)

@@ -11,7 +11,10 @@ struct DeviceSession {
     let app: AppRecord
     let username: String
     let deviceID: String
+    /// The read-state version the device has seen (`reads_since`): markers changed after it are sent after `welcome`.
+    let readsSince: Int64
     let messages: MessageService
+    let reads: ReadService
     let switchboard: Switchboard
     let cursors: CursorBook
     let outboxLimit: Int
@@ -71,9 +74,11 @@ struct DeviceSession {
         let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(username, device: deviceID, app: app.id, to: cursor)
-        // The user is back: the badge counts from zero again.
-        try await store.setBadge(of: username, app: app.id, to: 0)
         try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
+        // Read after registering: a marker that moves from here on also comes live (a repeat is harmless, versions tell).
+        for marker in try await store.readMarkers(of: username, app: app.id, after: max(readsSince, 0), limit: ReadService.markersOnConnect) {
+            try await write(.read(ReadService.state(marker, badge: nil)), to: outbound)
+        }
         outbox.requestSync()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await runWriter(outbox: outbox, outbound: outbound, from: cursor) }
@@ -124,6 +129,17 @@ struct DeviceSession {
                 cursors.advance(username, device: deviceID, app: app.id, to: seq)
             case .send(let request):
                 answer(await send(request), on: outbox)
+            case .read(let chatType, let conversation, let upTo):
+                await markRead(ConversationID(chatType: chatType, key: conversation), upTo: upTo, on: outbox)
+            case .readAll:
+                await markRead(nil, upTo: nil, on: outbox)
+            case .badge(let count):
+                do {
+                    try await store.reportBadge(of: username, app: app.id, value: count)
+                } catch {
+                    let failure = BeaconError(wrapping: error, logger: logger)
+                    answer(.error(id: nil, code: failure.code.rawValue, description: failure.message), on: outbox)
+                }
             }
         }
     }
@@ -132,6 +148,17 @@ struct DeviceSession {
     /// (it reconnects, and a retried `send` with the same `id` gets its `sent`).
     private func answer(_ frame: ServerFrame, on outbox: DeviceOutbox) {
         if !outbox.reply(frame) { outbox.close(reason: "overloaded") }
+    }
+
+    /// Records a read; every device of the user, this one included, gets the `read` frames (an error comes back instead).
+    private func markRead(_ conversation: ConversationID?, upTo: String?, on outbox: DeviceOutbox) async {
+        do {
+            let upToID = try upTo.map { text throws(BeaconError) in try Validation.messageID(text) }
+            _ = try await reads.markRead(username, app: app, conversation: conversation, upTo: upToID, readingDevice: deviceID)
+        } catch {
+            let failure = BeaconError(wrapping: error, logger: logger)
+            answer(.error(id: nil, code: failure.code.rawValue, description: failure.message), on: outbox)
+        }
     }
 
     private func send(_ request: ClientFrame.SendRequest) async -> ServerFrame {

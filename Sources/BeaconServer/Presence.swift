@@ -76,6 +76,15 @@ final class ConnectionRegistry: PresenceRegistry {
         }
     }
 
+    /// Queues frames for every connected device of the user; a device that stopped reading its answers is closed
+    /// (`overloaded`: what it missed comes again when it reconnects).
+    func send(_ frames: [ServerFrame], toDevicesOf username: String, app: Int64) {
+        let outboxes = connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.values) } ?? [] }
+        for outbox in outboxes where !frames.allSatisfy({ outbox.reply($0) }) {
+            outbox.close(reason: "overloaded")
+        }
+    }
+
     /// Closes every connection of the user.
     func disconnectAll(of username: String, app: Int64, reason: String) {
         let outboxes = connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.values) } ?? [] }

@@ -53,7 +53,7 @@ final class PushRouter: Service, Sendable {
     func route(_ message: Message, recipients: [String], app: AppRecord) async throws {
         let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil)
         if let afterPresence { await afterPresence(message.id) }
-        let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, raisesBadge: decided.raisesBadge, now: clock())
+        let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
         guard try await store.recordRoute(route, app: app.id) else { return }
         if decided.jobs.contains(where: { $0.skipReason == nil }) { jobsStored() }
         for username in try await wentOfflineSince(decided) {
@@ -93,7 +93,7 @@ final class PushRouter: Service, Sendable {
                     guard !decided.jobs.isEmpty else { continue }  // no push configuration left: the skips stay
                     let route = PushRoute(
                         messageID: skip.message.id, replacing: .onlineSkips(username: username, devices: devices), jobs: decided.jobs,
-                        raisesBadge: decided.raisesBadge, now: clock())
+                        now: clock())
                     if try await store.recordRoute(route, app: app.id) { recorded += 1 }
                 }
                 rerouted = rerouted || recorded > 0
@@ -174,7 +174,6 @@ final class PushRouter: Service, Sendable {
         var app: Int64
         var policy: MultiDevicePolicy = .allOffline
         var jobs: [NewPushJob] = []
-        var raisesBadge: Set<String> = []
     }
 
     private func decide(_ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?) async throws
@@ -192,7 +191,6 @@ final class PushRouter: Service, Sendable {
         let online = try await presence.onlineDevices(of: recipients, app: app.id)
         let now = clock()
         var jobs: [NewPushJob] = []
-        var raisesBadge: Set<String> = []
         for recipient in recipients {
             let bound = bindings[recipient] ?? []
             let onlineDevices = online[recipient] ?? []
@@ -201,15 +199,11 @@ final class PushRouter: Service, Sendable {
                 continue
             }
             let decisions = PushDecision.decide(context.pushContext(for: recipient, bindings: bound, online: onlineDevices, now: now))
-            // The badge counts messages that reach the user while offline: none of their devices online (`all_offline`),
-            // or some bound device offline (`any_offline`).
-            let offline = context.policy == .allOffline ? onlineDevices.isEmpty : bound.contains { !onlineDevices.contains($0.deviceID) }
-            if context.countsForBadge, offline { raisesBadge.insert(recipient) }
             for (binding, decision) in zip(bound, decisions) {
                 jobs.append(job(for: binding, skip: decision.skip, recipient: recipient, context: context, configs: configs, now: now))
             }
         }
-        return Decided(app: app.id, policy: context.policy, jobs: jobs, raisesBadge: raisesBadge)
+        return Decided(app: app.id, policy: context.policy, jobs: jobs)
     }
 
     private func job(
@@ -258,11 +252,6 @@ struct RoutingContext {
     let profiles: [String: PushProfile]
     let appLevel: [String: AppPushSettings]
     let conversation: [String: ConversationPushSettings]
-    /// Silent messages, and Tencent's BadgeMode 1, leave the badge as it is.
-    var countsForBadge: Bool {
-        message.ext["em_ignore_notification"]?.boolValue != true && message.ext["em_apns_ext"]?["em_push_badge_unchanged"]?.boolValue != true
-    }
-
     static func load(message: Message, recipients: [String], app: AppRecord, store: any BeaconStore) async throws -> RoutingContext {
         let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
         let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)

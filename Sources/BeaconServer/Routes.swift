@@ -22,6 +22,7 @@ struct OneOrMany<Element: Decodable>: Decodable {
 struct Routes {
     let api: API
     let messages: MessageService
+    let reads: ReadService
     let switchboard: Switchboard
     let cursors: CursorBook
     let pushConfigs: PushConfigs?
@@ -81,6 +82,12 @@ struct Routes {
         add(.put, "users/:username/notification/language", templates.setLanguage)
         add(.get, "users/:username/notification/language", templates.getLanguage)
         add(.put, "push/nickname", templates.nicknames)
+        let readRoutes = ReadRoutes(api: api, reads: reads, ownUser: { try await ownUser($0, $1) })
+        add(.get, "users/:username/conversations", readRoutes.conversations)
+        add(.post, "users/:username/conversations/read", readRoutes.readAll)
+        add(.post, "users/:username/conversations/:chattype/:key/read", readRoutes.read)
+        add(.put, "users/:username/push/badge", readRoutes.reportBadge)
+        add(.get, "users/:username/push/badge", readRoutes.badge)
     }
 
     // MARK: Tokens

@@ -39,19 +39,26 @@ struct SettingsRoutes {
         var multiDevice: String?
         var timezone: String?
         var displayStrings: [String: String]?
-        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone, displayStrings = "display_strings" }
+        var badgeCountsMuted: Bool?
+        enum CodingKeys: String, CodingKey {
+            case multiDevice = "multi_device", timezone, displayStrings = "display_strings", badgeCountsMuted = "badge_counts_muted"
+        }
     }
 
     struct PolicyView: Codable, Sendable {
         var multiDevice: String
         var timezone: String
         var displayStrings: [String: String]
-        enum CodingKeys: String, CodingKey { case multiDevice = "multi_device", timezone, displayStrings = "display_strings" }
+        var badgeCountsMuted: Bool
+        enum CodingKeys: String, CodingKey {
+            case multiDevice = "multi_device", timezone, displayStrings = "display_strings", badgeCountsMuted = "badge_counts_muted"
+        }
 
         init(_ policy: PushPolicyRecord) {
             multiDevice = policy.multiDevice
             timezone = policy.timezone
             displayStrings = policy.displayStrings
+            badgeCountsMuted = policy.badgeCountsMuted
         }
     }
 
@@ -157,6 +164,7 @@ struct SettingsRoutes {
             guard strings.values.allSatisfy({ $0.count <= 200 }) else { throw BeaconError.illegal("display strings are at most 200 characters") }
             policy.displayStrings.merge(strings) { _, new in new }
         }
+        if let badgeCountsMuted = body.badgeCountsMuted { policy.badgeCountsMuted = badgeCountsMuted }
         try await store.savePushPolicy(policy, app: app.id)
         return api.respond(request, app: app, action: "put", data: PolicyView(policy))
     }

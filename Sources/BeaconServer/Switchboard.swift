@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconProtocol
 import BeaconStorage
 import Foundation
 import Logging
@@ -47,6 +48,12 @@ final class Switchboard: PresenceRegistry {
         await link?.relay(.online(app: app, message: message, to: usernames, exceptDevice: origin), to: usernames, app: app)
     }
 
+    /// Queues frames for every connected device of the user, on every node.
+    func send(_ frames: [ServerFrame], toDevicesOf username: String, app: Int64) async {
+        local.send(frames, toDevicesOf: username, app: app)
+        await link?.relay(.frames(app: app, username: username, frames: frames), to: [username], app: app)
+    }
+
     /// Closes every connection of the user, on every node.
     func disconnectAll(of username: String, app: Int64, reason: String) async {
         local.disconnectAll(of: username, app: app, reason: reason)
@@ -62,6 +69,8 @@ enum ClusterNotice: Codable, Sendable {
     case fetch(app: Int64, users: [String])
     /// An online-only message (never stored) for these users' devices.
     case online(app: Int64, message: Message, to: [String], exceptDevice: String?)
+    /// Frames for every connected device of the user (read markers).
+    case frames(app: Int64, username: String, frames: [ServerFrame])
     /// Close every connection of the user (kicked, deleted).
     case closeUser(app: Int64, username: String, reason: String)
     /// Close this connection of the device (it connected to another node).
@@ -237,6 +246,8 @@ final class ClusterLink: Sendable {
             local.fetch(for: users, app: app)
         case .online(let app, let message, let usernames, let origin):
             local.deliverOnline(message, to: usernames, app: app, exceptDevice: origin)
+        case .frames(let app, let username, let frames):
+            local.send(frames, toDevicesOf: username, app: app)
         case .closeUser(let app, let username, let reason):
             local.disconnectAll(of: username, app: app, reason: reason)
         case .closeDevice(let app, let username, let deviceID, let connection, let reason):

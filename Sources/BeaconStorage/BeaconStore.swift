@@ -62,8 +62,24 @@ public protocol BeaconStore: Sendable {
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.
     func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus?
 
-    /// Sets the user's badge (a device connected: 0; the client reported its unread count).
-    func setBadge(of username: String, app: Int64, to value: Int) async throws
+    // MARK: Read state and badge
+
+    /// Marks `conversation` (every conversation with something unread when nil) read up to message `upTo` (everything
+    /// stored so far when nil) for the user. Markers only move forward; a message not in the conversation moves it to the
+    /// newest entry with an id at most `upTo`. A client-reported badge loses the messages it counted that are now read.
+    /// `readingDevice` is left out of `pushedDevices`.
+    func markRead(
+        _ username: String, app: Int64, conversation: ConversationID?, upTo: UInt64?, readingDevice: String?, now: Int64
+    ) async throws -> ReadUpdate
+    /// The user's read markers set after `version`, oldest change first.
+    func readMarkers(of username: String, app: Int64, after version: Int64, limit: Int) async throws -> [ReadMarker]
+    /// The user's conversations that have entries in their inbox, most recent first, with unread counts.
+    func conversations(of username: String, app: Int64, limit: Int) async throws -> [ConversationSummary]
+    /// The user's badge: the client's last reported total (less what was read of it since), plus unread messages stored
+    /// after that report, in conversations that count (muted ones only if the app's policy says so).
+    func badge(of username: String, app: Int64) async throws -> Int
+    /// The client reports the badge it shows: counting continues from it.
+    func reportBadge(of username: String, app: Int64, value: Int) async throws
 
     // MARK: Push configurations and bindings
 
@@ -107,17 +123,22 @@ public protocol BeaconStore: Sendable {
 
     /// Messages whose pending route was stored before `before` (ms), oldest first, with their recipients.
     func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute]
-    /// Records the push decisions for one message: raises the badges of `raisesBadge`, puts each receiver's badge into
-    /// their jobs' payloads, stores the jobs, and removes what made the decision due (the pending route, or the online
+    /// Records the push decisions for one message: puts each receiver's badge (`badge(of:app:)`) into their jobs'
+    /// payloads, stores the jobs, and removes what made the decision due (the pending route, or the online
     /// skips being replaced). All or nothing; false, storing nothing, when that was already gone (decided elsewhere).
     func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool
-    /// The user's messages whose devices were skipped as `online` and that no device of the user has acknowledged
-    /// (skips of devices no longer bound are left out), oldest first.
+    /// The user's messages whose devices were skipped as `online` and that no device of the user has acknowledged or
+    /// marked read (skips of devices no longer bound are left out), oldest first.
     func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip]
     /// The users (app id, username) with `unacknowledgedOnlineSkips`: after a restart, none of their devices is online.
     func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)]
 
     // MARK: Push jobs
+
+    /// Queues background pushes that tell devices what was read elsewhere (one job per device and notifier, push type
+    /// `background`), coalesced: a device's withdrawal still waiting (unclaimed) takes the newer payload instead of a
+    /// second job, and a new one is due no sooner than `spacing` ms after the device's previous one.
+    func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, app: Int64, spacing: Int64, now: Int64) async throws
 
     /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again), each under a
     /// new claim token. Due jobs whose device binding no longer holds their token (unbound, moved to another user,

@@ -419,16 +419,13 @@ public struct PushRoute: Sendable {
     public var replacing: Replacing
     /// Pushed or skipped, per recipient and bound device.
     public var jobs: [NewPushJob]
-    /// Recipients whose badge this message raises before their jobs get it; the others get their current badge.
-    public var raisesBadge: Set<String>
     /// When the jobs are due (ms).
     public var now: Int64
 
-    public init(messageID: UInt64, replacing: Replacing, jobs: [NewPushJob], raisesBadge: Set<String>, now: Int64) {
+    public init(messageID: UInt64, replacing: Replacing, jobs: [NewPushJob], now: Int64) {
         self.messageID = messageID
         self.replacing = replacing
         self.jobs = jobs
-        self.raisesBadge = raisesBadge
         self.now = now
     }
 }
@@ -484,10 +481,16 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
     /// Overrides of the default display strings (`new_message`, `image`, `voice`, `video`, `file`, `location`, `custom`).
     public var displayStrings: [String: String]
 
-    public init(multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:]) {
+    /// Whether unread messages of muted conversations (push mode `NONE`) count in the badge.
+    public var badgeCountsMuted: Bool
+
+    public init(
+        multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:], badgeCountsMuted: Bool = false
+    ) {
         self.multiDevice = multiDevice
         self.timezone = timezone
         self.displayStrings = displayStrings
+        self.badgeCountsMuted = badgeCountsMuted
     }
 }
 
@@ -524,5 +527,60 @@ public struct PushTemplateRecord: Sendable, Hashable {
         self.contentPattern = contentPattern
         self.createdAt = createdAt
         self.updatedAt = updatedAt
+    }
+}
+
+// MARK: Read state
+
+/// How far a user has read one conversation: everything in it up to inbox position `seq` (message `upTo`).
+public struct ReadMarker: Sendable, Hashable {
+    public var conversation: ConversationID
+    public var seq: Int64
+    public var upTo: UInt64
+    /// The user's read-state version when this marker was set: markers changed after version V are those above V.
+    public var version: Int64
+
+    public init(conversation: ConversationID, seq: Int64, upTo: UInt64, version: Int64) {
+        self.conversation = conversation
+        self.seq = seq
+        self.upTo = upTo
+        self.version = version
+    }
+}
+
+/// What marking conversations read changed.
+public struct ReadUpdate: Sendable, Hashable {
+    /// The markers that moved forward (none: everything was read already).
+    public var markers: [ReadMarker]
+    /// The user's badge afterwards.
+    public var badge: Int
+    /// The user's devices, other than the one that read, with a push sent for a message now read.
+    public var pushedDevices: [SkippedDevice]
+
+    public init(markers: [ReadMarker], badge: Int, pushedDevices: [SkippedDevice]) {
+        self.markers = markers
+        self.badge = badge
+        self.pushedDevices = pushedDevices
+    }
+}
+
+/// One conversation of a user, as the conversation list shows it.
+public struct ConversationSummary: Sendable, Hashable {
+    public var conversation: ConversationID
+    /// Unread messages (those that count as unread, after the read marker).
+    public var unread: Int
+    /// Whether the conversation's push mode is `NONE` (its own, or the user's when it has none).
+    public var muted: Bool
+    public var read: ReadMarker?
+    public var lastMessageID: UInt64
+    public var lastTimestamp: Int64
+
+    public init(conversation: ConversationID, unread: Int, muted: Bool, read: ReadMarker?, lastMessageID: UInt64, lastTimestamp: Int64) {
+        self.conversation = conversation
+        self.unread = unread
+        self.muted = muted
+        self.read = read
+        self.lastMessageID = lastMessageID
+        self.lastTimestamp = lastTimestamp
     }
 }

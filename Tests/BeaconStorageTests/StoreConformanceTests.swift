@@ -141,8 +141,8 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
         }
     }
 
-    /// Eight senders at once to overlapping groups (deliveries listed in random orders), with badges raised as routes are
-    /// recorded, while a reader follows one inbox: no deadlock surfaces, every inbox is numbered 1...n without a gap, and the
+    /// Eight senders at once to overlapping groups (deliveries listed in random orders), with routes recorded as they go,
+    /// while a reader follows one inbox: no deadlock surfaces, every inbox is numbered 1...n without a gap, and the
     /// reader, asking only for what is after the last entry it saw, never skips one that committed late.
     @Test(arguments: StoreKind.available)
     func concurrentGroupSendsNeitherDeadlockNorSkip(kind: StoreKind) async throws {
@@ -164,7 +164,7 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
                             _ = try await store.append(
                                 [NewMessage(message: message, deliveries: recipients.map { Delivery(username: $0) }, routesPushes: true)],
                                 app: app.id, receipt: nil)
-                            let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [], raisesBadge: Set(recipients), now: now)
+                            let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [], now: now)
                             #expect(try await store.recordRoute(route, app: app.id))
                         }
                         return []
@@ -183,7 +183,7 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
                 return try await group.reduce(into: []) { $0 += $1 }
             }
             #expect(followed == Array(1...Int64(6 * perSender)))
-            // Every raise counted: a last route hands each member their badge in a job's payload.
+            // Every message counted: a last route hands each member their badge (unread: received from others) in a job's payload.
             let probe = UInt64(99_999)
             _ = try await store.append(
                 [NewMessage(message: text(probe, from: "u0", to: "u1"), deliveries: [], routesPushes: true)], app: app.id, receipt: nil)
@@ -192,14 +192,15 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
                     username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: "alert", priority: 10,
                     expiration: 0, collapseID: nil, apnsID: "a", payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
             }
-            #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, raisesBadge: [], now: now), app: app.id))
+            #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id))
             for (index, member) in members.enumerated() {
                 // Sender s reaches members s...s+5 (mod 10).
                 let received = perSender * (0..<8).filter { ((index - $0) % 10 + 10) % 10 < 6 }.count
                 let inbox = try await store.inbox(of: member, app: app.id, after: 0, limit: 1000)
                 #expect(inbox.map(\.seq) == Array(1...Int64(received)), "\(member)")
                 let payload = try await store.pushJobs(app: app.id, username: member, messageID: probe, limit: 1).first?.job.payload
-                #expect(payload == "{\"aps\":{\"x\":1,\"badge\":\(received)}}", "\(member)")
+                let sentOwn = index < 8 ? perSender : 0
+                #expect(payload == "{\"aps\":{\"x\":1,\"badge\":\(received - sentOwn)}}", "\(member)")
             }
         }
     }
@@ -334,13 +335,11 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
     }
 
     /// Stores message `id` for bob with a pending route, and records `jobs` as its decision.
-    private static func route(_ store: any BeaconStore, _ app: AppRecord, id: UInt64, jobs: [NewPushJob], raising: Set<String> = ["bob"])
-        async throws -> Bool
-    {
+    private static func route(_ store: any BeaconStore, _ app: AppRecord, id: UInt64, jobs: [NewPushJob]) async throws -> Bool {
         _ = try await store.append(
             [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
             receipt: nil)
-        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, raisesBadge: raising, now: now), app: app.id)
+        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id)
     }
 
     @Test(arguments: StoreKind.available)
@@ -382,10 +381,10 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             _ = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
             try await store.releasePushClaims()
             #expect(try await store.claimPushJobs(now: now + 5001, lease: 1000, limit: 10).count == 1)
-            // Not raising the badge: the job gets the current one.
-            try await store.setBadge(of: "bob", app: app.id, to: 0)
-            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob")], raising: []))
-            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"aps":{"alert":"x","badge":0}}"#)
+            // The badge is the unread count when the job is recorded: read up to message 2, message 3 makes it 1.
+            _ = try await store.markRead("bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 2, readingDevice: nil, now: now)
+            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob")]))
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"aps":{"alert":"x","badge":1}}"#)
         }
     }
 
@@ -402,7 +401,7 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             let pending = try await store.pendingRoutes(before: now + 1, limit: 10)
             #expect(pending.map(\.message.id) == [7])
             #expect(pending.first?.recipients == ["bob"])
-            let route = PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [Self.job("bob", skip: "no_binding")], raisesBadge: [], now: now)
+            let route = PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [Self.job("bob", skip: "no_binding")], now: now)
             #expect(try await store.recordRoute(route, app: app.id))
             #expect(try await !store.recordRoute(route, app: app.id))  // decided once
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
@@ -444,8 +443,8 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-            #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob", skip: "online")], raising: []))
-            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", skip: "online")], raising: []))
+            #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob", skip: "online")]))
+            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", skip: "online")]))
             // Message 1 was acknowledged by a device of bob's; message 2 was not.
             try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "laptop", seq: 1)], now: now)
             let skips = try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10)
@@ -453,7 +452,7 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             #expect(skips.first?.devices == [SkippedDevice(deviceID: "d1", notifier: "ios")])
             let again = PushRoute(
                 messageID: 2, replacing: .onlineSkips(username: "bob", devices: [SkippedDevice(deviceID: "d1", notifier: "ios")]),
-                jobs: [Self.job("bob")], raisesBadge: ["bob"], now: now)
+                jobs: [Self.job("bob")], now: now)
             #expect(try await store.recordRoute(again, app: app.id))
             #expect(try await !store.recordRoute(again, app: app.id))
             #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
