@@ -25,10 +25,10 @@ extension PostgresStore {
             } else {
                 for try await target in try await connection.query(
                     """
-                    SELECT DISTINCT i.conversation FROM inbox i LEFT JOIN conversation_reads r
+                    SELECT DISTINCT i.conversation COLLATE "C" AS conversation FROM inbox i LEFT JOIN conversation_reads r
                         ON r.app_id = i.app_id AND r.username = i.username AND r.conversation = i.conversation
                     WHERE i.app_id = \(app) AND i.username = \(username) AND i.seq > COALESCE(r.read_seq, 0)
-                    ORDER BY i.conversation COLLATE "C"
+                    ORDER BY 1
                     """, logger: logger
                 ).decode(String.self) {
                     targets.append(target)

@@ -5,7 +5,6 @@ import Foundation
 import Logging
 import Testing
 
-private let now: Int64 = 1_800_000_000_000
 private let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil
 
 /// Runs `body` with `count` stores on one fresh PostgreSQL schema, each with its own pool (as separate nodes have).

@@ -38,17 +38,17 @@ enum StoreKind: String, CustomTestStringConvertible {
     }
 }
 
-private let now: Int64 = 1_800_000_000_000
+let now: Int64 = 1_800_000_000_000
 
-private func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default) async throws -> AppRecord {
+func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default) async throws -> AppRecord {
     try await store.createApp(AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "hash", limits: limits, now: now)
 }
 
-private func makeUsers(_ store: any BeaconStore, _ app: AppRecord, _ names: [String]) async throws {
+func makeUsers(_ store: any BeaconStore, _ app: AppRecord, _ names: [String]) async throws {
     _ = try await store.createUsers(names.map { NewUser(username: $0, passwordHash: "h") }, app: app.id, now: now)
 }
 
-private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at time: Int64 = now) -> Message {
+func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at time: Int64 = now) -> Message {
     Message(id: id, from: from, to: to, chatType: chatType, type: .txt, body: ["msg": .string("m\(id)")], ext: ["k": 1], timestamp: time)
 }
 
@@ -457,6 +457,11 @@ private func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .
             #expect(try await !store.recordRoute(again, app: app.id))
             #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 2, limit: 10).map(\.status) == [.pending])
+            // A message read (on any device, or through REST) is not decided again either.
+            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob", skip: "online")]))
+            #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).map(\.message.id) == [3])
+            _ = try await store.markRead("bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 3, readingDevice: nil, now: now)
+            #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
         }
     }
 

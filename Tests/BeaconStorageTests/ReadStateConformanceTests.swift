@@ -1,0 +1,155 @@
+import BeaconCore
+import BeaconStorage
+import Testing
+
+/// Read markers, unread counts, the badge and withdrawal jobs, on every store kind.
+@Suite struct ReadStateConformanceTests {
+    private static let alice = ConversationID(chatType: .chat, key: "alice")
+    private static let carol = ConversationID(chatType: .chat, key: "carol")
+
+    /// Stores `message` in the inboxes of `to` (received) and of its sender (sent from device "d").
+    private static func deliver(_ store: any BeaconStore, _ app: AppRecord, _ message: Message, to receivers: [String], routes: Bool = false)
+        async throws
+    {
+        let deliveries = receivers.map { Delivery(username: $0) } + [Delivery(username: message.from, originDevice: "d")]
+        _ = try await store.append([NewMessage(message: message, deliveries: deliveries, routesPushes: routes)], app: app.id, receipt: nil)
+    }
+
+    /// An alert job for bob's device `device`, its badge spliced in when recorded.
+    private static func alert(device: String) -> NewPushJob {
+        NewPushJob(
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: "alert", priority: 10,
+            expiration: 0, collapseID: nil, apnsID: "id", payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
+    }
+
+    @Test(arguments: StoreKind.available)
+    func markersMoveForwardAndDriveUnreadCountsAndTheBadge(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob", "carol"])
+            for id in UInt64(1)...3 { try await Self.deliver(store, app, text(id, from: "alice", to: "bob"), to: ["bob"]) }
+            let command = Message(id: 4, from: "alice", to: "bob", chatType: .chat, type: .cmd, body: ["action": "x"], timestamp: now)
+            try await Self.deliver(store, app, command, to: ["bob"])
+            try await Self.deliver(store, app, text(5, from: "carol", to: "bob"), to: ["bob"])
+            try await Self.deliver(store, app, text(6, from: "bob", to: "alice"), to: ["alice"])
+            var silent = text(7, from: "carol", to: "bob")
+            silent.ext = ["em_ignore_notification": true]
+            try await Self.deliver(store, app, silent, to: ["bob"])
+            // Received and counting: 1, 2, 3 and 5 (not the command, not bob's own, not the silent one).
+            #expect(try await store.badge(of: "bob", app: app.id) == 4)
+            var conversations = try await store.conversations(of: "bob", app: app.id, limit: 10)
+            #expect(conversations.map(\.conversation) == [Self.carol, Self.alice])
+            #expect(conversations.map(\.unread) == [1, 3])
+            #expect(conversations.map(\.lastMessageID) == [7, 6])
+            #expect(conversations.allSatisfy { $0.read == nil && !$0.muted })
+
+            var update = try await store.markRead("bob", app: app.id, conversation: Self.alice, upTo: 2, readingDevice: nil, now: now)
+            #expect(update.markers == [ReadMarker(conversation: Self.alice, seq: 2, upTo: 2, version: 1)])
+            #expect(update.badge == 2)
+            // Markers never move back; reading again what is read changes nothing.
+            update = try await store.markRead("bob", app: app.id, conversation: Self.alice, upTo: 1, readingDevice: nil, now: now)
+            #expect(update.markers.isEmpty && update.badge == 2)
+            // A message id the conversation does not hold reads up to the newest entry before it.
+            update = try await store.markRead("bob", app: app.id, conversation: Self.alice, upTo: 5, readingDevice: nil, now: now)
+            #expect(update.markers.map(\.upTo) == [4])
+            #expect(update.badge == 1)
+            // Muting carol takes her conversation out of the badge, unless the app's policy counts muted ones.
+            try await store.savePushSettings(PushSettingsRecord(username: "bob", scope: Self.carol.description, remindType: "NONE"), app: app.id)
+            #expect(try await store.badge(of: "bob", app: app.id) == 0)
+            #expect(try await store.conversations(of: "bob", app: app.id, limit: 10).first?.muted == true)
+            var policy = try await store.pushPolicy(app: app.id)
+            policy.badgeCountsMuted = true
+            try await store.savePushPolicy(policy, app: app.id)
+            #expect(try await store.pushPolicy(app: app.id).badgeCountsMuted)
+            #expect(try await store.badge(of: "bob", app: app.id) == 1)
+            // Muted at the user level, with the conversation inheriting: muted too.
+            try await store.savePushSettings(PushSettingsRecord(username: "bob", scope: Self.carol.description, remindType: "DEFAULT"), app: app.id)
+            try await store.savePushSettings(PushSettingsRecord(username: "bob", scope: "", remindType: "NONE"), app: app.id)
+            policy.badgeCountsMuted = false
+            try await store.savePushPolicy(policy, app: app.id)
+            #expect(try await store.badge(of: "bob", app: app.id) == 0)
+            try await store.savePushSettings(PushSettingsRecord(username: "bob", scope: "", remindType: "ALL"), app: app.id)
+            #expect(try await store.badge(of: "bob", app: app.id) == 1)
+
+            // Reading everything reads each conversation with an entry after its marker (bob's own message 6 included).
+            update = try await store.markRead("bob", app: app.id, conversation: nil, upTo: nil, readingDevice: nil, now: now)
+            #expect(
+                update.markers == [
+                    ReadMarker(conversation: Self.alice, seq: 6, upTo: 6, version: 3), ReadMarker(conversation: Self.carol, seq: 7, upTo: 7, version: 4),
+                ])
+            #expect(update.badge == 0)
+            #expect(try await store.readMarkers(of: "bob", app: app.id, after: 0, limit: 10).map(\.version) == [3, 4])
+            #expect(try await store.readMarkers(of: "bob", app: app.id, after: 3, limit: 10).map(\.conversation) == [Self.carol])
+            conversations = try await store.conversations(of: "bob", app: app.id, limit: 10)
+            #expect(conversations.map(\.unread) == [0, 0])
+            #expect(conversations.map { $0.read?.upTo } == [7, 6])
+            #expect(try await store.conversations(of: "bob", app: app.id, limit: 1).count == 1)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aReportedBadgeIsCountedOnAndLosesWhatIsReadAndReadsFindThePushedDevices(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await Self.deliver(store, app, text(1, from: "alice", to: "bob"), to: ["bob"])
+            // The app shows 10 (its own count, message 1 among them); message 2 comes after the report.
+            try await store.reportBadge(of: "bob", app: app.id, value: 10)
+            #expect(try await store.badge(of: "bob", app: app.id) == 10)
+            try await Self.deliver(store, app, text(2, from: "alice", to: "bob"), to: ["bob"], routes: true)
+            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
+            try await store.bind(PushBinding(username: "bob", deviceID: "pad", notifier: "ios", deviceToken: "t-pad", boundAt: 1), app: app.id)
+            #expect(try await store.recordRoute(
+                PushRoute(messageID: 2, replacing: .pendingRoute, jobs: [Self.alert(device: "phone"), Self.alert(device: "pad")], now: now), app: app.id))
+            let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
+            #expect(claimed.map(\.job.payload) == Array(repeating: #"{"aps":{"alert":"x","badge":11}}"#, count: 2))
+            try await store.recordPushAttempts(
+                claimed.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) }, now: now)
+            // Reading both: message 1 leaves the reported total, message 2 the count after it.
+            let update = try await store.markRead(
+                "bob", app: app.id, conversation: Self.alice, upTo: nil, readingDevice: "pad", now: now)
+            #expect(update.badge == 9)
+            #expect(update.pushedDevices == [SkippedDevice(deviceID: "phone", notifier: "ios")])
+            #expect(try await store.markRead("bob", app: app.id, conversation: nil, upTo: nil, readingDevice: nil, now: now).markers.isEmpty)
+            await #expect(throws: BeaconError.self) {
+                try await store.markRead("nobody", app: app.id, conversation: nil, upTo: nil, readingDevice: nil, now: now)
+            }
+            // Deleting the user takes their read state with them.
+            #expect(try await store.deleteUser("bob", app: app.id, now: now))
+            try await makeUsers(store, app, ["bob"])
+            #expect(try await store.readMarkers(of: "bob", app: app.id, after: 0, limit: 10).isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func withdrawalsAreCoalescedPerDevice(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await Self.deliver(store, app, text(1, from: "alice", to: "bob"), to: ["bob"])
+            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
+            func withdrawal(_ payload: String) -> NewPushJob {
+                NewPushJob(
+                    username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", topic: "t", pushType: "background", priority: 5,
+                    expiration: 0, collapseID: nil, apnsID: "id", payload: payload)
+            }
+            try await store.queueWithdrawals([withdrawal("w1")], messageID: 1, app: app.id, spacing: 3000, now: now)
+            let first = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10)
+            #expect(first.map(\.job.payload) == ["w1"])
+            #expect(first.map(\.job.pushType) == ["background"])
+            // The first is on its way: the next waits out the spacing; a third while it waits takes its place.
+            try await store.queueWithdrawals([withdrawal("w2")], messageID: 1, app: app.id, spacing: 3000, now: now + 100)
+            try await store.queueWithdrawals([withdrawal("w3")], messageID: 1, app: app.id, spacing: 3000, now: now + 200)
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).count == 2)
+            #expect(try await store.claimPushJobs(now: now + 2999, lease: 60_000, limit: 10).isEmpty)
+            let second = try await store.claimPushJobs(now: now + 3000, lease: 60_000, limit: 10)
+            #expect(second.map(\.job.payload) == ["w3"])
+            try await store.recordPushAttempts(
+                (first + second).map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) },
+                now: now + 3001)
+            // Long after, one is due at once.
+            try await store.queueWithdrawals([withdrawal("w4")], messageID: 1, app: app.id, spacing: 3000, now: now + 60_000)
+            #expect(try await store.claimPushJobs(now: now + 60_000, lease: 60_000, limit: 10).map(\.job.payload) == ["w4"])
+        }
+    }
+}
