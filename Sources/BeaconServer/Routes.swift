@@ -448,6 +448,8 @@ struct Routes {
         var notifierName: String
         var deviceToken: String
         var apnsID: String
+        /// `alert`, `voip`, or `background` (a withdrawal of what was read elsewhere).
+        var pushType: String
         var status: String
         var httpStatus: Int?
         var reason: String?
@@ -457,7 +459,7 @@ struct Routes {
         var history: [PushAttempt]
         enum CodingKeys: String, CodingKey {
             case messageID = "message_id", username, deviceID = "device_id", notifierName = "notifier_name", deviceToken = "device_token"
-            case apnsID = "apns_id", status, httpStatus = "http_status", reason, attempts, created, updated, history
+            case apnsID = "apns_id", pushType = "push_type", status, httpStatus = "http_status", reason, attempts, created, updated, history
         }
         init(_ job: PushJob) {
             messageID = String(job.messageID)
@@ -466,6 +468,7 @@ struct Routes {
             notifierName = job.job.notifier
             deviceToken = job.job.deviceToken
             apnsID = job.job.apnsID
+            pushType = job.job.pushType
             status = job.status.rawValue
             httpStatus = job.lastStatus
             reason = job.lastReason

@@ -57,6 +57,8 @@ import Testing
                 (alert(collapseID: String(repeating: "c", count: 65)), 400, .badCollapseId),
                 (alert(priority: 7), 400, .badPriority),
                 (alert(pushType: .background, priority: 10), 400, .badPriority),
+                // A background push may not carry an alert (nor a badge or sound).
+                (alert(pushType: .background, priority: 5), 400, .invalidPushType),
                 (alert(topic: bundleID, pushType: .voip), 400, .topicDisallowed),
                 (alert(token: "beef"), 400, .deviceTokenNotForTopic),
             ]

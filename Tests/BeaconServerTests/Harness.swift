@@ -226,11 +226,13 @@ struct TestDevice: Sendable {
     let client: BeaconClient
     let messages: Collector<Message>
     let events: Collector<ConnectionEvent>
+    let reads: Collector<ReadState>
 
     init(client: BeaconClient) {
         self.client = client
         messages = Collector(client.messages)
         events = Collector(client.events)
+        reads = Collector(client.reads)
     }
 
     func send(to: String, _ text: String, chatType: ChatType = .chat, ext: [String: JSONValue] = [:], onlineOnly: Bool = false) async throws -> Message {

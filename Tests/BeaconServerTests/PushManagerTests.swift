@@ -56,4 +56,22 @@ import Testing
         let userInfo: [AnyHashable: Any] = ["aps": ["alert": "plain"], "f": "a", "m": "1"]
         #expect(try PushPayload(userInfo: userInfo).body == "plain")
     }
+
+    @Test func theAppSideParserReadsAWithdrawalAndMatchesTheNotificationsItRemoves() throws {
+        let json = #"""
+            {"aps":{"content-available":1},"beacon":{"badge":4,"read":[
+              {"chat_type":"chat","conversation":"alice","up_to":"100"},{"chat_type":"groupchat","conversation":"g1","up_to":"7"},
+              {"chat_type":"chat","conversation":"broken","up_to":"x"}]}}
+            """#
+        let withdrawal = try #require(try PushPayload(json: Data(json.utf8)).withdrawal)
+        #expect(withdrawal.badge == 4)
+        #expect(withdrawal.reads.map(\.conversation) == ["alice", "g1"])  // the malformed entry is left out
+        #expect(withdrawal.covers(threadID: "alice", messageID: "100"))
+        #expect(withdrawal.covers(threadID: "g1", messageID: "3"))
+        #expect(!withdrawal.covers(threadID: "alice", messageID: "101"))  // arrived after what was read
+        #expect(!withdrawal.covers(threadID: "carol", messageID: "1"))
+        #expect(!withdrawal.covers(threadID: "alice", messageID: nil))
+        // A message notification is no withdrawal.
+        #expect(try PushPayload(json: Data(#"{"aps":{"alert":"x","badge":1},"m":"1"}"#.utf8)).withdrawal == nil)
+    }
 }
