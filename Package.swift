@@ -119,6 +119,7 @@ let package = Package(
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: [
             "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", .product(name: "Logging", package: "swift-log"),
+            .product(name: "GRDB", package: "GRDB.swift"),
         ]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",

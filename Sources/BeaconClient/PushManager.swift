@@ -206,10 +206,12 @@ public struct PushPayload: Sendable, Hashable {
         public var badge: Int
         public var reads: [Read]
 
-        /// Whether a delivered notification (its `thread-id` and Beacon's `m`, the message id) shows a message now read.
-        public func covers(threadID: String?, messageID: String?) -> Bool {
-            guard let threadID, let id = messageID.flatMap({ UInt64($0) }) else { return false }
-            return reads.contains { $0.conversation == threadID && id <= $0.upTo }
+        /// Whether a delivered notification shows a message now read: its conversation (`thread-id`, and `g` present
+        /// for groups) is listed and its message id (`m`) is at most the one read up to.
+        public func covers(_ notification: PushPayload) -> Bool {
+            guard let threadID = notification.threadID, let id = notification.messageID.flatMap({ UInt64($0) }) else { return false }
+            let chatType: ChatType = notification.group == nil ? .chat : .groupchat
+            return reads.contains { $0.chatType == chatType && $0.conversation == threadID && id <= $0.upTo }
         }
     }
 
@@ -257,8 +259,7 @@ extension PushPayload.Withdrawal {
     public func apply(to center: UNUserNotificationCenter = .current()) async {
         let delivered = await center.deliveredNotifications()
         let read = delivered.filter { notification in
-            let content = notification.request.content
-            return covers(threadID: content.threadIdentifier, messageID: content.userInfo["m"] as? String)
+            (try? PushPayload(userInfo: notification.request.content.userInfo)).map(covers) ?? false
         }
         center.removeDeliveredNotifications(withIdentifiers: read.map(\.request.identifier))
         try? await center.setBadgeCount(badge)

@@ -146,6 +146,8 @@ extension PostgresStore {
             WHERE j.status = 'skipped' AND j.last_reason = 'online'
                 AND i.seq > COALESCE(
                     (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)
+                AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
+                    AND r.username = i.username AND r.conversation = i.conversation), 0)
             LIMIT \(max(limit, 0))
             """
         ).map { (app: try $0["app_id"].decode(Int64.self), username: try $0["username"].decode(String.self)) }

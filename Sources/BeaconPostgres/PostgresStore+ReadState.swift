@@ -62,12 +62,20 @@ extension PostgresStore {
                     ).collect().first?.decode(Int.self) ?? 0
                     reported = max(0, reported - nowRead)
                 }
+                // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
+                try await connection.query(
+                    """
+                    UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = \(now), claimed_until = 0
+                    WHERE app_id = \(app) AND username = \(username) AND status = 'pending' AND claimed_until <= \(now)
+                        AND push_type != 'background' AND message_id IN (SELECT message_id FROM inbox WHERE app_id = \(app)
+                            AND username = \(username) AND conversation = \(target) AND seq > \(previous) AND seq <= \(seq))
+                    """, logger: logger)
                 for try await (device, notifier) in try await connection.query(
                     """
                     SELECT DISTINCT j.device_id, j.notifier FROM inbox i JOIN push_jobs j
                         ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                     WHERE i.app_id = \(app) AND i.username = \(username) AND i.conversation = \(target) AND i.seq > \(previous)
-                        AND i.seq <= \(seq) AND j.status = 'sent' AND j.push_type != 'background'
+                        AND i.seq <= \(seq) AND j.status IN ('sent', 'pending') AND j.push_type != 'background'
                     """, logger: logger
                 ).decode((String, String).self) {
                     pushed.insert(SkippedDevice(deviceID: device, notifier: notifier))
@@ -98,8 +106,10 @@ extension PostgresStore {
     public func readMarkers(of username: String, app: Int64, after version: Int64, limit: Int) async throws -> [ReadMarker] {
         try await rows(
             """
-            SELECT conversation, read_seq, up_to, version FROM conversation_reads
-            WHERE app_id = \(app) AND username = \(username) AND version > \(version) ORDER BY version LIMIT \(max(limit, 0))
+            SELECT * FROM (
+                SELECT conversation, read_seq, up_to, version FROM conversation_reads
+                WHERE app_id = \(app) AND username = \(username) AND version > \(version) ORDER BY version DESC LIMIT \(max(limit, 0))
+            ) newest ORDER BY version
             """
         ).compactMap(Self.readMarker(from:))
     }
@@ -177,7 +187,9 @@ extension PostgresStore {
         return ReadMarker(conversation: conversation, seq: seq, upTo: UInt64(bitPattern: upTo), version: version)
     }
 
-    public func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, app: Int64, spacing: Int64, now: Int64) async throws {
+    public func queueWithdrawals(
+        _ jobs: [NewPushJob], messageID: UInt64, readVersion: Int64, app: Int64, spacing: Int64, now: Int64
+    ) async throws {
         guard let messageID = messageID.storedID, !jobs.isEmpty else { return }
         try await transaction { connection in
             // The users' rows are locked (in username order, as senders lock them): two nodes queueing for one device at once
@@ -189,12 +201,23 @@ extension PostgresStore {
                 """, logger: logger
             ).collect()
             for job in jobs {
+                // A withdrawal of a later read state was queued already (reads that committed in the other order).
+                let newer = try await connection.query(
+                    """
+                    SELECT 1 FROM push_jobs WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID)
+                        AND notifier = \(job.notifier) AND push_type = 'background' AND read_version >= \(readVersion) LIMIT 1
+                    """, logger: logger
+                ).collect().count
+                guard newer == 0 else { continue }
+                // The newest waiting one takes the new payload; its claim token changes, so that a worker still sending it
+                // under a lapsed lease cannot record it as sent.
                 let refreshed = try await connection.query(
                     """
                     UPDATE push_jobs SET payload = \(job.payload), message_id = \(messageID), apns_id = \(job.apnsID),
-                        expiration = \(job.expiration), updated_at = \(now)
-                    WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID) AND notifier = \(job.notifier)
-                        AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now)
+                        expiration = \(job.expiration), updated_at = \(now), read_version = \(readVersion), claim_token = 0
+                    WHERE id = (SELECT MAX(id) FROM push_jobs WHERE app_id = \(app) AND username = \(job.username)
+                        AND device_id = \(job.deviceID) AND notifier = \(job.notifier) AND device_token = \(job.deviceToken)
+                        AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now))
                     RETURNING 1
                     """, logger: logger
                 ).collect().count
@@ -209,10 +232,10 @@ extension PostgresStore {
                 try await connection.query(
                     """
                     INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
-                        expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at)
+                        expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at, read_version)
                     VALUES (\(app), \(messageID), \(job.username), \(job.deviceID), \(job.notifier), \(job.deviceToken), \(job.topic),
                         'background', \(Int64(job.priority)), \(job.expiration), NULL, \(job.apnsID), \(job.payload), 'pending', \(now),
-                        \(now), \(due))
+                        \(now), \(due), \(readVersion))
                     """, logger: logger)
             }
         }

@@ -200,7 +200,8 @@ extension PostgresStore {
             version: "v3-read-state",
             sql: [
                 // The badge becomes the unread count: `badge` is now only the total a client reported (at inbox position
-                // `badge_seq`). Entries stored before count as unread when received and not `cmd`.
+                // `badge_seq`). Entries stored before count as unread when received and not `cmd`; what a device of the user
+                // acknowledged counts as read (below).
                 "ALTER TABLE inbox ADD COLUMN counts BOOLEAN NOT NULL DEFAULT false",
                 """
                 UPDATE inbox i SET counts = true FROM messages m
@@ -217,6 +218,19 @@ extension PostgresStore {
                     PRIMARY KEY (app_id, username, conversation))
                 """,
                 "CREATE INDEX conversation_reads_by_version ON conversation_reads (app_id, username, version)",
+                // What a device of the user received (acknowledged) counts as read: a marker (version 0) per conversation.
+                """
+                INSERT INTO conversation_reads (app_id, username, conversation, read_seq, up_to, version, updated_at)
+                SELECT i.app_id, i.username, i.conversation, MAX(i.seq), 0, 0, 0 FROM inbox i
+                JOIN (SELECT app_id, username, MAX(acked_seq) AS acked FROM device_cursors GROUP BY app_id, username) c
+                    ON c.app_id = i.app_id AND c.username = i.username
+                WHERE i.seq <= c.acked GROUP BY i.app_id, i.username, i.conversation
+                """,
+                """
+                UPDATE conversation_reads r SET up_to = i.message_id FROM inbox i
+                WHERE i.app_id = r.app_id AND i.username = r.username AND i.seq = r.read_seq
+                """,
+                "ALTER TABLE push_jobs ADD COLUMN read_version BIGINT NOT NULL DEFAULT 0",
             ]),
     ]
 }

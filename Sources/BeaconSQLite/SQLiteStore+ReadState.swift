@@ -54,13 +54,22 @@ extension SQLiteStore {
                         arguments: [app, username, target, previous, min(seq, reportedThrough)]) ?? 0
                     reported = max(0, reported - nowRead)
                 }
+                // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
+                try db.execute(
+                    sql: """
+                        UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = ?, claimed_until = 0
+                        WHERE app_id = ? AND username = ? AND status = 'pending' AND claimed_until <= ? AND push_type != 'background'
+                            AND message_id IN (SELECT message_id FROM inbox WHERE app_id = ? AND username = ? AND conversation = ?
+                                AND seq > ? AND seq <= ?)
+                        """,
+                    arguments: [now, app, username, now, app, username, target, previous, seq])
                 for row in try Row.fetchAll(
                     db,
                     sql: """
                         SELECT DISTINCT j.device_id, j.notifier FROM inbox i JOIN push_jobs j
                             ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                         WHERE i.app_id = ? AND i.username = ? AND i.conversation = ? AND i.seq > ? AND i.seq <= ?
-                            AND j.status = 'sent' AND j.push_type != 'background'
+                            AND j.status IN ('sent', 'pending') AND j.push_type != 'background'
                         """,
                     arguments: [app, username, target, previous, seq])
                 {
@@ -93,8 +102,10 @@ extension SQLiteStore {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT conversation, read_seq, up_to, version FROM conversation_reads
-                    WHERE app_id = ? AND username = ? AND version > ? ORDER BY version LIMIT ?
+                    SELECT * FROM (
+                        SELECT conversation, read_seq, up_to, version FROM conversation_reads
+                        WHERE app_id = ? AND username = ? AND version > ? ORDER BY version DESC LIMIT ?)
+                    ORDER BY version
                     """,
                 arguments: [app, username, version, max(limit, 0)]
             ).compactMap(Self.readMarker(from:))
@@ -169,14 +180,24 @@ extension SQLiteStore {
         return ReadMarker(conversation: conversation, seq: seq, upTo: UInt64(bitPattern: upTo), version: version)
     }
 
-    public func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, app: Int64, spacing: Int64, now: Int64) async throws {
+    public func queueWithdrawals(
+        _ jobs: [NewPushJob], messageID: UInt64, readVersion: Int64, app: Int64, spacing: Int64, now: Int64
+    ) async throws {
         guard let messageID = messageID.storedID, !jobs.isEmpty else { return }
         try await pool.write { db in
+            let newer = try db.cachedStatement(
+                sql: """
+                    SELECT EXISTS (SELECT 1 FROM push_jobs WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
+                        AND push_type = 'background' AND read_version >= ?)
+                    """)
+            // The newest waiting one takes the new payload; its claim token changes, so that a worker still sending it under
+            // a lapsed lease cannot record it as sent.
             let refresh = try db.cachedStatement(
                 sql: """
-                    UPDATE push_jobs SET payload = ?, message_id = ?, apns_id = ?, expiration = ?, updated_at = ?
-                    WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
-                        AND status = 'pending' AND claimed_until <= ?
+                    UPDATE push_jobs SET payload = ?, message_id = ?, apns_id = ?, expiration = ?, updated_at = ?, read_version = ?,
+                        claim_token = 0
+                    WHERE id = (SELECT MAX(id) FROM push_jobs WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
+                        AND device_token = ? AND push_type = 'background' AND status = 'pending' AND claimed_until <= ?)
                     """)
             let previous = try db.cachedStatement(
                 sql: """
@@ -186,19 +207,22 @@ extension SQLiteStore {
             let insert = try db.cachedStatement(
                 sql: """
                     INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
-                        expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, 'background', ?, ?, NULL, ?, ?, 'pending', ?, ?, ?)
+                        expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at, read_version)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, 'background', ?, ?, NULL, ?, ?, 'pending', ?, ?, ?, ?)
                     """)
             for job in jobs {
+                // A withdrawal of a later read state was queued already (reads that committed in the other order).
+                guard try Bool.fetchOne(newer, arguments: [app, job.username, job.deviceID, job.notifier, readVersion]) != true else { continue }
                 try refresh.execute(arguments: [
-                    job.payload, messageID, job.apnsID, job.expiration, now, app, job.username, job.deviceID, job.notifier, now,
+                    job.payload, messageID, job.apnsID, job.expiration, now, readVersion, app, job.username, job.deviceID, job.notifier,
+                    job.deviceToken, now,
                 ])
                 guard db.changesCount == 0 else { continue }
                 let last = try Int64.fetchOne(previous, arguments: [app, job.username, job.deviceID, job.notifier])
                 let due = last.map { $0 > now - spacing ? $0 + spacing : now } ?? now
                 try insert.execute(arguments: [
                     app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.priority, job.expiration,
-                    job.apnsID, job.payload, now, now, due,
+                    job.apnsID, job.payload, now, now, due, readVersion,
                 ])
             }
         }

@@ -171,7 +171,8 @@ public final class SQLiteStore: BeaconStore {
         migrator.registerMigration("v8-read-state") { db in
             // The badge becomes the unread count: `badge` is now only the total a client reported (at inbox position
             // `badge_seq`), so the old "since last online" counters are cleared. Entries stored before this migration
-            // count as unread when they were received and not `cmd` (their ext flags are not looked at).
+            // count as unread when they were received and not `cmd` (their ext flags are not looked at), and what a device
+            // of the user received (acknowledged) counts as read: each conversation gets a marker (version 0) there.
             try db.execute(
                 sql: """
                     ALTER TABLE inbox ADD COLUMN counts INTEGER NOT NULL DEFAULT 0;
@@ -186,6 +187,14 @@ public final class SQLiteStore: BeaconStore {
                         up_to INTEGER NOT NULL, version INTEGER NOT NULL, updated_at INTEGER NOT NULL,
                         PRIMARY KEY (app_id, username, conversation));
                     CREATE INDEX conversation_reads_by_version ON conversation_reads (app_id, username, version);
+                    INSERT INTO conversation_reads (app_id, username, conversation, read_seq, up_to, version, updated_at)
+                    SELECT i.app_id, i.username, i.conversation, MAX(i.seq), 0, 0, 0 FROM inbox i
+                    JOIN (SELECT app_id, username, MAX(acked_seq) AS acked FROM device_cursors GROUP BY app_id, username) c
+                        ON c.app_id = i.app_id AND c.username = i.username
+                    WHERE i.seq <= c.acked GROUP BY i.app_id, i.username, i.conversation;
+                    UPDATE conversation_reads SET up_to = (SELECT message_id FROM inbox i WHERE i.app_id = conversation_reads.app_id
+                        AND i.username = conversation_reads.username AND i.seq = conversation_reads.read_seq);
+                    ALTER TABLE push_jobs ADD COLUMN read_version INTEGER NOT NULL DEFAULT 0;
                     """)
         }
         return migrator

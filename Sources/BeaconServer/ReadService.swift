@@ -23,6 +23,8 @@ struct ReadService: Sendable {
     static let withdrawalExpirationSeconds: Int64 = 3600
     /// Read markers sent to a connecting device, at most (the most recently changed).
     static let markersOnConnect = 1000
+    /// Read markers sent live for one read, at most (the newest): far below a device's outbox limit.
+    static let liveMarkers = 64
 
     /// Marks `conversation` (all conversations when nil) read up to `upTo` (everything so far when nil).
     func markRead(
@@ -32,7 +34,9 @@ struct ReadService: Sendable {
         let update = try await store.markRead(
             username, app: app.id, conversation: conversation, upTo: upTo, readingDevice: readingDevice, now: clock())
         guard !update.markers.isEmpty else { return update }
-        await switchboard.send(update.markers.map { .read(Self.state($0, badge: update.badge)) }, toDevicesOf: username, app: app.id)
+        // A read of very many conversations tells the connected devices the newest ones; they get all at their next connect.
+        let live = update.markers.suffix(Self.liveMarkers)
+        await switchboard.send(live.map { .read(Self.state($0, badge: update.badge)) }, toDevicesOf: username, app: app.id)
         do {
             try await withdraw(update, of: username, app: app)
         } catch {
@@ -61,8 +65,7 @@ struct ReadService: Sendable {
         let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         // The payload names the conversations read most recently, not only this one: a withdrawal still waiting takes the
         // newer payload, which must not forget what the older one was to withdraw.
-        let recent = try await store.readMarkers(
-            of: username, app: app.id, after: max(0, newest.version - Int64(WithdrawalPayload.maxReads)), limit: WithdrawalPayload.maxReads)
+        let recent = try await store.readMarkers(of: username, app: app.id, after: 0, limit: WithdrawalPayload.maxReads)
         let payload = WithdrawalPayload.json(
             badge: update.badge, reads: recent.map { WithdrawalPayload.Read(conversation: $0.conversation, upTo: $0.upTo) })
         let now = clock()
@@ -75,7 +78,8 @@ struct ReadService: Sendable {
                 payload: payload)
         }
         guard !jobs.isEmpty else { return }
-        try await store.queueWithdrawals(jobs, messageID: newest.upTo, app: app.id, spacing: Self.withdrawalSpacing, now: now)
+        try await store.queueWithdrawals(
+            jobs, messageID: newest.upTo, readVersion: newest.version, app: app.id, spacing: Self.withdrawalSpacing, now: now)
         jobsStored()
     }
 }

@@ -67,11 +67,12 @@ public protocol BeaconStore: Sendable {
     /// Marks `conversation` (every conversation with something unread when nil) read up to message `upTo` (everything
     /// stored so far when nil) for the user. Markers only move forward; a message not in the conversation moves it to the
     /// newest entry with an id at most `upTo`. A client-reported badge loses the messages it counted that are now read.
-    /// `readingDevice` is left out of `pushedDevices`.
+    /// Pending pushes of messages now read that no worker holds end `skipped` (`read`); devices with such a push sent or in
+    /// flight are `pushedDevices` (`readingDevice` left out).
     func markRead(
         _ username: String, app: Int64, conversation: ConversationID?, upTo: UInt64?, readingDevice: String?, now: Int64
     ) async throws -> ReadUpdate
-    /// The user's read markers set after `version`, oldest change first.
+    /// The user's read markers set after `version`: the `limit` most recent changes, oldest first.
     func readMarkers(of username: String, app: Int64, after version: Int64, limit: Int) async throws -> [ReadMarker]
     /// The user's conversations that have entries in their inbox, most recent first, with unread counts.
     func conversations(of username: String, app: Int64, limit: Int) async throws -> [ConversationSummary]
@@ -136,9 +137,10 @@ public protocol BeaconStore: Sendable {
     // MARK: Push jobs
 
     /// Queues background pushes that tell devices what was read elsewhere (one job per device and notifier, push type
-    /// `background`), coalesced: a device's withdrawal still waiting (unclaimed) takes the newer payload instead of a
-    /// second job, and a new one is due no sooner than `spacing` ms after the device's previous one.
-    func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, app: Int64, spacing: Int64, now: Int64) async throws
+    /// `background`) as of the user's read-state `readVersion`, coalesced: a device's newest withdrawal still waiting
+    /// (unclaimed, same token) takes the newer payload instead of a second job, and a new one is due no sooner than
+    /// `spacing` ms after the device's previous one. A device that has a withdrawal of a later version gets nothing.
+    func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, readVersion: Int64, app: Int64, spacing: Int64, now: Int64) async throws
 
     /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again), each under a
     /// new claim token. Due jobs whose device binding no longer holds their token (unbound, moved to another user,

@@ -349,7 +349,8 @@ final class RawDevice: Sendable {
     private let outgoing: AsyncStream<String>.Continuation
     private let task: Task<Void, any Error>
 
-    init(beacon: TestBeacon, token: String, device: String) {
+    /// `query` is added to the upgrade URL (e.g. `&reads_since=3`).
+    init(beacon: TestBeacon, token: String, device: String, query: String = "") {
         let (frames, frameSink) = AsyncStream.makeStream(of: ServerFrame.self)
         let (outgoing, outgoingSink) = AsyncStream.makeStream(of: String.self)
         self.frames = Collector(frames)
@@ -357,7 +358,7 @@ final class RawDevice: Sendable {
         task = Task {
             defer { frameSink.finish() }
             try await WebSocketClient.connect(
-                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=\(device)&access_token=\(token)", logger: Logger(label: "test")
+                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=\(device)&access_token=\(token)\(query)", logger: Logger(label: "test")
             ) { inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
@@ -377,8 +378,8 @@ final class RawDevice: Sendable {
     }
 
     /// Connects `username`'s device and waits for `synced`.
-    static func connect(_ beacon: TestBeacon, _ username: String, device: String) async throws -> RawDevice {
-        let raw = RawDevice(beacon: beacon, token: try await beacon.userToken(username), device: device)
+    static func connect(_ beacon: TestBeacon, _ username: String, device: String, query: String = "") async throws -> RawDevice {
+        let raw = RawDevice(beacon: beacon, token: try await beacon.userToken(username), device: device, query: query)
         try await raw.frames.wait { $0.contains { if case .synced = $0 { true } else { false } } }
         return raw
     }

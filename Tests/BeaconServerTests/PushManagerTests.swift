@@ -66,11 +66,15 @@ import Testing
         let withdrawal = try #require(try PushPayload(json: Data(json.utf8)).withdrawal)
         #expect(withdrawal.badge == 4)
         #expect(withdrawal.reads.map(\.conversation) == ["alice", "g1"])  // the malformed entry is left out
-        #expect(withdrawal.covers(threadID: "alice", messageID: "100"))
-        #expect(withdrawal.covers(threadID: "g1", messageID: "3"))
-        #expect(!withdrawal.covers(threadID: "alice", messageID: "101"))  // arrived after what was read
-        #expect(!withdrawal.covers(threadID: "carol", messageID: "1"))
-        #expect(!withdrawal.covers(threadID: "alice", messageID: nil))
+        func notification(_ json: String) throws -> PushPayload { try PushPayload(json: Data(json.utf8)) }
+        #expect(withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"alice","m":"100"}"#)))
+        #expect(withdrawal.covers(try notification(#"{"aps":{"thread-id":"g1"},"f":"bob","g":"g1","m":"3"}"#)))
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"alice","m":"101"}"#)))  // arrived after
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"carol"},"f":"carol","m":"1"}"#)))
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"alice"}"#)))
+        // A group that happens to be named like a user is another conversation.
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"x","g":"alice","m":"1"}"#)))
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"g1"},"f":"g1","m":"1"}"#)))
         // A message notification is no withdrawal.
         #expect(try PushPayload(json: Data(#"{"aps":{"alert":"x","badge":1},"m":"1"}"#.utf8)).withdrawal == nil)
     }

@@ -55,7 +55,8 @@ private let phone = String(repeating: "cd", count: 32)
             ]))
             let parsed = try PushPayload(json: JSONEncoder().encode(withdrawal.payload))
             #expect(parsed.withdrawal?.badge == 0)
-            #expect(parsed.withdrawal?.covers(threadID: "alice", messageID: ids[0]) == true)
+            let first = try #require(simulator.deliveries(deviceToken: phone).first)
+            #expect(parsed.withdrawal?.covers(try PushPayload(json: JSONEncoder().encode(first.payload))) == true)
             // Recorded with the deliveries like any push.
             let records = try await beacon.deliveries(of: "bob")
             #expect(records.first?["push_type"] == "background")
@@ -63,10 +64,12 @@ private let phone = String(repeating: "cd", count: 32)
             #expect(try await beacon.rest("GET", "/users/bob/conversations").json["entities"]?[0]?["unread"]?.intValue == 0)
             // Reading again what is read changes nothing and pushes nothing.
             laptop.send(#"{"op":"read_all"}"#)
+            laptop.send(#"{"op":"ping"}"#)
             let reread = try await beacon.rest("POST", "/users/bob/conversations/chat/alice/read")
             #expect(reread.status == 200)
             #expect(reread.json["data"]?["read"]?.arrayValue?.isEmpty == true)
-            #expect(simulator.deliveries(deviceToken: phone).count == 4)
+            _ = try await laptop.frames.wait { $0.contains { if case .pong = $0 { true } else { false } } }  // read_all handled
+            #expect(try await beacon.deliveries(of: "bob").filter { $0["push_type"] == "background" }.count == 1)
             // The next messages count from the read state.
             await laptop.close()
             _ = try await Self.sendText(beacon, from: "alice", to: "bob", "four")
@@ -149,6 +152,14 @@ private let phone = String(repeating: "cd", count: 32)
             let info = try #require(try await phone.client.conversations().first)
             #expect(info.unread == 0)
             #expect(info.readUpTo == second)
+            // A device that saw version 1 gets the marker changed since; one that saw version 2 gets none.
+            func markersOnConnect(since version: Int) async throws -> [ReadState] {
+                let device = try await RawDevice.connect(beacon, "bob", device: "raw-\(version)", query: "&reads_since=\(version)")
+                await device.close()
+                return device.frames.items.compactMap { if case .read(let state) = $0 { state } else { nil } }
+            }
+            #expect(try await markersOnConnect(since: 1).map(\.version) == [2])
+            #expect(try await markersOnConnect(since: 2).isEmpty)
             // The badge reported through the SDK.
             try await phone.client.reportBadge(3)
             #expect(try await beacon.rest("GET", "/users/bob/push/badge").json["data"]?["badge"]?.intValue == 3)
