@@ -156,8 +156,8 @@ extension SQLiteStore {
 
     /// The user's badge (see `BeaconStore.badge(of:app:)`); 0 for a user that does not exist.
     static func badge(of username: String, app: Int64, db: Database) throws -> Int {
-        try Int.fetchOne(
-            db,
+        // Cached: a group message records one badge per member.
+        let statement = try db.cachedStatement(
             sql: """
                 SELECT u.badge + (
                     SELECT COUNT(*) FROM inbox i
@@ -169,8 +169,8 @@ extension SQLiteStore {
                 FROM users u JOIN apps a ON a.id = u.app_id
                 LEFT JOIN push_settings p ON p.app_id = u.app_id AND p.username = u.username AND p.scope = ''
                 WHERE u.app_id = ? AND u.username = ?
-                """,
-            arguments: [app, username]) ?? 0
+                """)
+        return try Int.fetchOne(statement, arguments: [app, username]) ?? 0
     }
 
     private static func readMarker(from row: Row) -> ReadMarker? {
