@@ -245,6 +245,8 @@ public struct PushPayload: Sendable, Hashable {
     /// Parses `UNNotificationContent.userInfo` / `didReceiveRemoteNotification` dictionaries.
     public init(userInfo: [AnyHashable: Any]) throws {
         let object = Dictionary(uniqueKeysWithValues: userInfo.compactMap { key, value in (key as? String).map { ($0, value) } })
+        // A local notification's userInfo may hold dates or data, which JSONSerialization would raise on (not throw).
+        guard JSONSerialization.isValidJSONObject(object) else { throw BeaconClientError.badResponse("userInfo is not JSON") }
         try self.init(json: try JSONSerialization.data(withJSONObject: object))
     }
 }

@@ -67,7 +67,7 @@ extension PostgresStore {
                     """
                     UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = \(now), claimed_until = 0
                     WHERE app_id = \(app) AND username = \(username) AND status = 'pending' AND claimed_until <= \(now)
-                        AND push_type != 'background' AND message_id IN (SELECT message_id FROM inbox WHERE app_id = \(app)
+                        AND push_type = 'alert' AND message_id IN (SELECT message_id FROM inbox WHERE app_id = \(app)
                             AND username = \(username) AND conversation = \(target) AND seq > \(previous) AND seq <= \(seq))
                     """, logger: logger)
                 for try await (device, notifier) in try await connection.query(
@@ -75,7 +75,8 @@ extension PostgresStore {
                     SELECT DISTINCT j.device_id, j.notifier FROM inbox i JOIN push_jobs j
                         ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                     WHERE i.app_id = \(app) AND i.username = \(username) AND i.conversation = \(target) AND i.seq > \(previous)
-                        AND i.seq <= \(seq) AND j.status IN ('sent', 'pending') AND j.push_type != 'background'
+                        AND i.seq <= \(seq) AND j.push_type = 'alert' AND (j.status IN ('sent', 'pending')
+                            OR (j.status = 'skipped' AND j.last_reason = 'read' AND j.attempts > 0))
                     """, logger: logger
                 ).decode((String, String).self) {
                     pushed.insert(SkippedDevice(deviceID: device, notifier: notifier))
@@ -201,31 +202,28 @@ extension PostgresStore {
                 """, logger: logger
             ).collect()
             for job in jobs {
-                // A withdrawal of a later read state was queued already (reads that committed in the other order).
+                // A withdrawal of a later read state is queued or sent already (reads that committed in the other order).
                 let newer = try await connection.query(
                     """
                     SELECT 1 FROM push_jobs WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID)
-                        AND notifier = \(job.notifier) AND push_type = 'background' AND read_version >= \(readVersion) LIMIT 1
+                        AND notifier = \(job.notifier) AND push_type = 'background' AND status IN ('pending', 'sent')
+                        AND read_version >= \(readVersion) LIMIT 1
                     """, logger: logger
                 ).collect().count
                 guard newer == 0 else { continue }
-                // The newest waiting one takes the new payload; its claim token changes, so that a worker still sending it
-                // under a lapsed lease cannot record it as sent.
-                let refreshed = try await connection.query(
+                // Older withdrawals still waiting (or whose worker's lease lapsed) are replaced by this one: a lapsed worker
+                // can no longer record its answer, and an older read state is never sent after a newer one.
+                try await connection.query(
                     """
-                    UPDATE push_jobs SET payload = \(job.payload), message_id = \(messageID), apns_id = \(job.apnsID),
-                        expiration = \(job.expiration), updated_at = \(now), read_version = \(readVersion), claim_token = 0
-                    WHERE id = (SELECT MAX(id) FROM push_jobs WHERE app_id = \(app) AND username = \(job.username)
-                        AND device_id = \(job.deviceID) AND notifier = \(job.notifier) AND device_token = \(job.deviceToken)
-                        AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now))
-                    RETURNING 1
-                    """, logger: logger
-                ).collect().count
-                guard refreshed == 0 else { continue }
+                    UPDATE push_jobs SET status = 'skipped', last_reason = 'superseded', updated_at = \(now), claimed_until = 0
+                    WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID) AND notifier = \(job.notifier)
+                        AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now)
+                    """, logger: logger)
                 let last = try await connection.query(
                     """
                     SELECT MAX(next_attempt_at) FROM push_jobs WHERE app_id = \(app) AND username = \(job.username)
                         AND device_id = \(job.deviceID) AND notifier = \(job.notifier) AND push_type = 'background'
+                        AND NOT (status = 'skipped' AND last_reason = 'superseded')
                     """, logger: logger
                 ).collect().first?.decode(Int64?.self)
                 let due = last.map { $0 > now - spacing ? $0 + spacing : now } ?? now

@@ -272,6 +272,9 @@ public final class PostgresStore: BeaconStore {
                 UPDATE push_jobs SET status = 'skipped', last_reason = 'user_deleted', updated_at = \(now), claimed_until = 0
                 WHERE app_id = \(app) AND username = \(username) AND status = 'pending'
                 """, logger: logger)
+            // A user created again under the name counts read-state versions from 1: the old withdrawals must not look newer.
+            try await connection.query(
+                "UPDATE push_jobs SET read_version = 0 WHERE app_id = \(app) AND username = \(username) AND read_version != 0", logger: logger)
             try await connection.query(
                 """
                 DELETE FROM send_receipts WHERE app_id = \(app)

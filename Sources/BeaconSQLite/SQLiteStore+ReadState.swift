@@ -58,7 +58,7 @@ extension SQLiteStore {
                 try db.execute(
                     sql: """
                         UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = ?, claimed_until = 0
-                        WHERE app_id = ? AND username = ? AND status = 'pending' AND claimed_until <= ? AND push_type != 'background'
+                        WHERE app_id = ? AND username = ? AND status = 'pending' AND claimed_until <= ? AND push_type = 'alert'
                             AND message_id IN (SELECT message_id FROM inbox WHERE app_id = ? AND username = ? AND conversation = ?
                                 AND seq > ? AND seq <= ?)
                         """,
@@ -69,7 +69,8 @@ extension SQLiteStore {
                         SELECT DISTINCT j.device_id, j.notifier FROM inbox i JOIN push_jobs j
                             ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                         WHERE i.app_id = ? AND i.username = ? AND i.conversation = ? AND i.seq > ? AND i.seq <= ?
-                            AND j.status IN ('sent', 'pending') AND j.push_type != 'background'
+                            AND j.push_type = 'alert' AND (j.status IN ('sent', 'pending')
+                                OR (j.status = 'skipped' AND j.last_reason = 'read' AND j.attempts > 0))
                         """,
                     arguments: [app, username, target, previous, seq])
                 {
@@ -188,21 +189,21 @@ extension SQLiteStore {
             let newer = try db.cachedStatement(
                 sql: """
                     SELECT EXISTS (SELECT 1 FROM push_jobs WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
-                        AND push_type = 'background' AND read_version >= ?)
+                        AND push_type = 'background' AND status IN ('pending', 'sent') AND read_version >= ?)
                     """)
-            // The newest waiting one takes the new payload; its claim token changes, so that a worker still sending it under
-            // a lapsed lease cannot record it as sent.
-            let refresh = try db.cachedStatement(
+            // Older withdrawals still waiting (or whose worker's lease lapsed) are replaced by this one: a lapsed worker can
+            // no longer record its answer, and an older read state is never sent after a newer one.
+            let supersede = try db.cachedStatement(
                 sql: """
-                    UPDATE push_jobs SET payload = ?, message_id = ?, apns_id = ?, expiration = ?, updated_at = ?, read_version = ?,
-                        claim_token = 0
-                    WHERE id = (SELECT MAX(id) FROM push_jobs WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
-                        AND device_token = ? AND push_type = 'background' AND status = 'pending' AND claimed_until <= ?)
+                    UPDATE push_jobs SET status = 'skipped', last_reason = 'superseded', updated_at = ?, claimed_until = 0
+                    WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
+                        AND status = 'pending' AND claimed_until <= ?
                     """)
             let previous = try db.cachedStatement(
                 sql: """
                     SELECT MAX(next_attempt_at) FROM push_jobs
                     WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
+                        AND NOT (status = 'skipped' AND last_reason = 'superseded')
                     """)
             let insert = try db.cachedStatement(
                 sql: """
@@ -211,13 +212,9 @@ extension SQLiteStore {
                     VALUES (?, ?, ?, ?, ?, ?, ?, 'background', ?, ?, NULL, ?, ?, 'pending', ?, ?, ?, ?)
                     """)
             for job in jobs {
-                // A withdrawal of a later read state was queued already (reads that committed in the other order).
+                // A withdrawal of a later read state is queued or sent already (reads that committed in the other order).
                 guard try Bool.fetchOne(newer, arguments: [app, job.username, job.deviceID, job.notifier, readVersion]) != true else { continue }
-                try refresh.execute(arguments: [
-                    job.payload, messageID, job.apnsID, job.expiration, now, readVersion, app, job.username, job.deviceID, job.notifier,
-                    job.deviceToken, now,
-                ])
-                guard db.changesCount == 0 else { continue }
+                try supersede.execute(arguments: [now, app, job.username, job.deviceID, job.notifier, now])
                 let last = try Int64.fetchOne(previous, arguments: [app, job.username, job.deviceID, job.notifier])
                 let due = last.map { $0 > now - spacing ? $0 + spacing : now } ?? now
                 try insert.execute(arguments: [

@@ -336,6 +336,8 @@ public final class SQLiteStore: BeaconStore {
                     WHERE app_id = ? AND username = ? AND status = 'pending'
                     """,
                 arguments: [now, app, username])
+            // A user created again under the name counts read-state versions from 1: the old withdrawals must not look newer.
+            try db.execute(sql: "UPDATE push_jobs SET read_version = 0 WHERE app_id = ? AND username = ? AND read_version != 0", arguments: [app, username])
             let devicePrefix = SendReceipt.deviceScope(user: username, device: "")
             try db.execute(
                 sql: "DELETE FROM send_receipts WHERE app_id = ? AND (scope = ? OR substr(scope, 1, ?) = ?)",

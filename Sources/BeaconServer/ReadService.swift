@@ -23,8 +23,6 @@ struct ReadService: Sendable {
     static let withdrawalExpirationSeconds: Int64 = 3600
     /// Read markers sent to a connecting device, at most (the most recently changed).
     static let markersOnConnect = 1000
-    /// Read markers sent live for one read, at most (the newest): far below a device's outbox limit.
-    static let liveMarkers = 64
 
     /// Marks `conversation` (all conversations when nil) read up to `upTo` (everything so far when nil).
     func markRead(
@@ -34,9 +32,9 @@ struct ReadService: Sendable {
         let update = try await store.markRead(
             username, app: app.id, conversation: conversation, upTo: upTo, readingDevice: readingDevice, now: clock())
         guard !update.markers.isEmpty else { return update }
-        // A read of very many conversations tells the connected devices the newest ones; they get all at their next connect.
-        let live = update.markers.suffix(Self.liveMarkers)
-        await switchboard.send(live.map { .read(Self.state($0, badge: update.badge)) }, toDevicesOf: username, app: app.id)
+        // Oldest change first: a device that cannot take them all (it stopped reading: closed `overloaded`) has a prefix,
+        // and the rest comes after its reconnect (`reads_since` = the newest it got).
+        await switchboard.send(update.markers.map { .read(Self.state($0, badge: update.badge)) }, toDevicesOf: username, app: app.id)
         do {
             try await withdraw(update, of: username, app: app)
         } catch {
@@ -53,7 +51,7 @@ struct ReadService: Sendable {
             version: marker.version, badge: badge)
     }
 
-    /// One background push per device that was pushed a message now read and is not connected (a connected device got
+    /// One background push per device that was sent an alert for a message now read and is not connected (a connected device got
     /// the `read` frame), to its current binding.
     private func withdraw(_ update: ReadUpdate, of username: String, app: AppRecord) async throws {
         guard let jobsStored, !update.pushedDevices.isEmpty, let newest = update.markers.last else { return }
@@ -66,8 +64,10 @@ struct ReadService: Sendable {
         // The payload names the conversations read most recently, not only this one: a withdrawal still waiting takes the
         // newer payload, which must not forget what the older one was to withdraw.
         let recent = try await store.readMarkers(of: username, app: app.id, after: 0, limit: WithdrawalPayload.maxReads)
+        // Read now, with the markers: a read that committed meanwhile is in both.
+        let badge = try await store.badge(of: username, app: app.id)
         let payload = WithdrawalPayload.json(
-            badge: update.badge, reads: recent.map { WithdrawalPayload.Read(conversation: $0.conversation, upTo: $0.upTo) })
+            badge: badge, reads: recent.map { WithdrawalPayload.Read(conversation: $0.conversation, upTo: $0.upTo) })
         let now = clock()
         let jobs = bindings.compactMap { binding -> NewPushJob? in
             guard let config = configs[binding.notifier] else { return nil }

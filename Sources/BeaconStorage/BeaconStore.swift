@@ -137,9 +137,9 @@ public protocol BeaconStore: Sendable {
     // MARK: Push jobs
 
     /// Queues background pushes that tell devices what was read elsewhere (one job per device and notifier, push type
-    /// `background`) as of the user's read-state `readVersion`, coalesced: a device's newest withdrawal still waiting
-    /// (unclaimed, same token) takes the newer payload instead of a second job, and a new one is due no sooner than
-    /// `spacing` ms after the device's previous one. A device that has a withdrawal of a later version gets nothing.
+    /// `background`) as of the user's read-state `readVersion`, coalesced: it replaces (`skipped`, `superseded`) the
+    /// device's withdrawals still waiting or whose worker's lease lapsed, and is due no sooner than `spacing` ms after the
+    /// device's previous one. A device with a withdrawal of a later version waiting or sent gets nothing.
     func queueWithdrawals(_ jobs: [NewPushJob], messageID: UInt64, readVersion: Int64, app: Int64, spacing: Int64, now: Int64) async throws
 
     /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again), each under a
