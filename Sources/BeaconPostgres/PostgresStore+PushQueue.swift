@@ -164,6 +164,16 @@ extension PostgresStore {
             """) > 0
     }
 
+    public func pushQueueStats(now: Int64) async throws -> (pending: Int, oldestDue: Int64?) {
+        let row = try await rows(
+            """
+            SELECT COUNT(*) AS pending, MIN(next_attempt_at) FILTER (WHERE next_attempt_at <= \(now)) AS oldest
+            FROM push_jobs WHERE status = 'pending'
+            """
+        ).first
+        return (pending: try row?["pending"].decode(Int.self) ?? 0, oldestDue: try row?["oldest"].decode(Int64?.self))
+    }
+
     public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
         try await claimPushJobs(now: now, lease: lease, limit: limit, node: 0)
     }

@@ -164,6 +164,19 @@ extension SQLiteStore {
         }
     }
 
+    public func pushQueueStats(now: Int64) async throws -> (pending: Int, oldestDue: Int64?) {
+        try await pool.read { db in
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT COUNT(*) AS pending, MIN(CASE WHEN next_attempt_at <= ? THEN next_attempt_at END) AS oldest
+                    FROM push_jobs WHERE status = 'pending'
+                    """,
+                arguments: [now])
+            return (pending: row?["pending"] ?? 0, oldestDue: row?["oldest"])
+        }
+    }
+
     public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
         let token = Int64.random(in: 1...Int64.max)
         return try await pool.write { db in

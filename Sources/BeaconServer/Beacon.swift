@@ -91,6 +91,8 @@ public struct BeaconServer: Sendable {
     let cursors: CursorBook
     let messages: MessageService
     let reads: ReadService
+    /// This server's metrics (`GET /metrics`).
+    public let metrics: BeaconMetrics
     let pushConfigs: PushConfigs?
     let pushWorker: PushWorker?
     let pushRouter: PushRouter?
@@ -119,13 +121,15 @@ public struct BeaconServer: Sendable {
         }
         let switchboard = Switchboard(local: registry, link: link)
         self.switchboard = switchboard
+        let metrics = BeaconMetrics()
+        self.metrics = metrics
         cursors = CursorBook(store: store, clock: configuration.clock)
         if let box = configuration.secretBox {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
             pushConfigs = configs
             pushWorker = PushWorker(
                 store: store, configs: configs, clock: configuration.clock, logger: logger, maxAge: configuration.pushMaxAge,
-                cluster: link, onRecorded: configuration.onPushAttempts)
+                cluster: link, metrics: metrics, onRecorded: configuration.onPushAttempts)
         } else {
             pushConfigs = nil
             pushWorker = nil
@@ -133,11 +137,12 @@ public struct BeaconServer: Sendable {
         let pushRouter = pushWorker.map { worker in
             PushRouter(
                 store: store, presence: switchboard, clock: configuration.clock, logger: logger, afterPresence: configuration.hooks.afterPresence,
-                jobsStored: { worker.jobsStored() })
+                metrics: metrics, jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
         messages = MessageService(
-            store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, logger: logger)
+            store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, metrics: metrics,
+            logger: logger)
         var withdrawalsStored: (@Sendable () -> Void)?
         if let worker = pushWorker { withdrawalsStored = { worker.jobsStored() } }
         reads = ReadService(store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
@@ -182,8 +187,17 @@ public struct BeaconServer: Sendable {
         let routes = RouteTable()
         let refusedUpgrades = RefusedUpgrades()
         let router = Router(context: BeaconRequestContext.self)
+        router.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
         router.get("/health") { _, _ in "ok" }
+        router.get("/ready") { [store, pushWorker, configuration] _, _ in
+            try await Self.readiness(store: store, pushWorker: pushWorker, clock: configuration.clock)
+        }
+        router.get("/metrics") { [store, metrics, configuration] _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: try await metrics.render(store: store, now: configuration.clock()))))
+        }
         Routes(
             api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
@@ -229,6 +243,28 @@ public struct BeaconServer: Sendable {
             },
             logger: logger
         )
+    }
+
+    /// `GET /ready`: 200 when the store answers (its schema was migrated when the server opened it) and the push worker
+    /// runs (when push is on), else 503; the body names each check.
+    private static func readiness(store: any BeaconStore, pushWorker: PushWorker?, clock: @Sendable () -> Int64) async throws -> Response {
+        var checks: [String: String] = ["migrations": "done"]
+        var ready = true
+        do {
+            _ = try await store.pushQueueStats(now: clock())
+            checks["store"] = "ok"
+        } catch {
+            checks["store"] = "unreachable"
+            ready = false
+        }
+        if let pushWorker {
+            checks["push_worker"] = pushWorker.isRunning ? "running" : "stopped"
+            ready = ready && pushWorker.isRunning
+        } else {
+            checks["push_worker"] = "off"
+        }
+        checks["status"] = ready ? "ready" : "not_ready"
+        return API.json(checks, status: ready ? .ok : .serviceUnavailable)
     }
 
     /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.

@@ -36,7 +36,13 @@ struct DeviceSession {
     /// no device of the user acknowledged have their pushes decided again.
     func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
         switchboard.local.sessionBegan()
-        defer { switchboard.local.sessionEnded() }
+        messages.metrics.connects.increment()
+        messages.metrics.connectedDevices.increment()
+        defer {
+            switchboard.local.sessionEnded()
+            messages.metrics.disconnects.increment()
+            messages.metrics.connectedDevices.decrement()
+        }
         let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
         let result: Result<Void, any Error>
         do {
@@ -210,10 +216,12 @@ struct DeviceSession {
                 // The device asked to sync: everything after what it acknowledged comes again.
                 delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
             }
+            let syncedFrom = delivered
             if mustFetch {
                 delivered = try await fetch(after: delivered, to: outbox, outbound)
             }
             if pending.announceSynced {
+                messages.metrics.syncCatchUp.record(max(0, delivered - syncedFrom))
                 try await write(.synced(seq: delivered), to: outbound)
             }
             for message in pending.onlineOnly {

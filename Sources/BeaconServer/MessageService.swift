@@ -33,14 +33,16 @@ final class MessageService: Sendable {
     let store: any BeaconStore
     let switchboard: Switchboard
     let router: PushRouter?
+    let metrics: BeaconMetrics
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
     private let logger: Logger
 
     init(
         store: any BeaconStore, switchboard: Switchboard, router: PushRouter?, node: UInt16, clock: @escaping @Sendable () -> Int64,
-        logger: Logger
+        metrics: BeaconMetrics, logger: Logger
     ) {
+        self.metrics = metrics
         self.store = store
         self.switchboard = switchboard
         self.router = router
@@ -136,6 +138,7 @@ final class MessageService: Sendable {
                 SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value))
             }
         case .stored(let entries):
+            metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             await switchboard.deliver(entries, app: app.id)
             if let router {
                 for (message, recipients) in messages where routes && !recipients.isEmpty {

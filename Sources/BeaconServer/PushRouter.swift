@@ -25,6 +25,7 @@ final class PushRouter: Service, Sendable {
     let logger: Logger
     /// Told when jobs were stored.
     let jobsStored: @Sendable () -> Void
+    let metrics: BeaconMetrics
     /// Called between a route's presence reading and its recording (tests hold a route there to race it).
     let afterPresence: (@Sendable (UInt64) async -> Void)?
 
@@ -39,8 +40,9 @@ final class PushRouter: Service, Sendable {
 
     init(
         store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
-        afterPresence: (@Sendable (UInt64) async -> Void)? = nil, jobsStored: @escaping @Sendable () -> Void
+        afterPresence: (@Sendable (UInt64) async -> Void)? = nil, metrics: BeaconMetrics, jobsStored: @escaping @Sendable () -> Void
     ) {
+        self.metrics = metrics
         self.store = store
         self.presence = presence
         self.clock = clock
@@ -55,6 +57,7 @@ final class PushRouter: Service, Sendable {
         if let afterPresence { await afterPresence(message.id) }
         let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
         guard try await store.recordRoute(route, app: app.id) else { return }
+        metrics.pushDecisions(decided.jobs)
         if decided.jobs.contains(where: { $0.skipReason == nil }) { jobsStored() }
         for username in try await wentOfflineSince(decided) {
             await deviceWentOffline(username, app: app)
@@ -94,7 +97,10 @@ final class PushRouter: Service, Sendable {
                     let route = PushRoute(
                         messageID: skip.message.id, replacing: .onlineSkips(username: username, devices: devices), jobs: decided.jobs,
                         now: clock())
-                    if try await store.recordRoute(route, app: app.id) { recorded += 1 }
+                    if try await store.recordRoute(route, app: app.id) {
+                        recorded += 1
+                        metrics.pushDecisions(decided.jobs)
+                    }
                 }
                 rerouted = rerouted || recorded > 0
                 // A page that was not full was the last; one where nothing could be recorded would come back unchanged.

@@ -23,7 +23,12 @@ final class PushWorker: Service, Sendable {
     let onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)?
     /// On several nodes: claims are recorded as this node's, so that its death releases them.
     let cluster: ClusterLink?
+    let metrics: BeaconMetrics
     private let wake = WakeSignal()
+    private let running = Atomic<Bool>(false)
+
+    /// Whether the worker's loop is running (`GET /ready`).
+    var isRunning: Bool { running.load(ordering: .relaxed) }
 
     static let lease: Int64 = 60_000
     /// Outcomes written per transaction, at most; they are written as soon as the previous write is done.
@@ -33,8 +38,9 @@ final class PushWorker: Service, Sendable {
 
     init(
         store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
-        cluster: ClusterLink? = nil, onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
+        cluster: ClusterLink? = nil, metrics: BeaconMetrics, onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
     ) {
+        self.metrics = metrics
         self.onRecorded = onRecorded
         self.cluster = cluster
         self.store = store
@@ -51,6 +57,8 @@ final class PushWorker: Service, Sendable {
     }
 
     func run() async throws {
+        running.store(true, ordering: .relaxed)
+        defer { running.store(false, ordering: .relaxed) }
         // Alone on its store, this process is the only one pushing: claims of an earlier process died with it. (On several
         // nodes, the claims of a dead node are released when it is declared dead.)
         if cluster == nil {
@@ -143,10 +151,19 @@ final class PushWorker: Service, Sendable {
             guard claimedAt.duration(to: .now) > Self.recheckAfter else { return true }
             return (try? await store.bindingHolds(for: job.job, app: job.appID)) ?? true
         }
+        let sentAt = ContinuousClock.now
+        defer { metrics.apnsLatency.record(duration: sentAt.duration(to: .now)) }
         do {
             _ = try await client.send(notification, stillWanted: stillBound)
+            metrics.apnsRequest(status: 200, reason: nil)
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
         } catch {
+            if case .rejected(let status, let reason, _, _) = error {
+                metrics.apnsRequest(status: status, reason: reason?.rawValue)
+            } else if case .withdrawn = error {
+            } else {
+                metrics.apnsRequest(status: nil, reason: nil)
+            }
             switch error {
             case .withdrawn:
                 return PushAttemptOutcome(
@@ -174,6 +191,7 @@ final class PushWorker: Service, Sendable {
             if try await store.removeBinding(
                 deviceToken: job.job.deviceToken, notifier: job.job.notifier, app: job.appID, unlessBoundSince: unlessBoundSince)
             {
+                metrics.bindingsRemoved.increment()
                 logger.info(
                     "removed push binding", metadata: ["user": "\(job.job.username)", "device": "\(job.job.deviceID)", "reason": "\(reason!)"])
             }
@@ -187,6 +205,7 @@ final class PushWorker: Service, Sendable {
         guard now - job.createdAt < maxAge else {
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .expired, httpStatus: httpStatus, reason: reason)
         }
+        metrics.pushRetries.increment()
         return PushAttemptOutcome(
             jobID: job.id, claimToken: job.claimToken, status: .pending, httpStatus: httpStatus, reason: reason, nextAttemptAt: now + Self.backoff(attempt: job.attempts))
     }

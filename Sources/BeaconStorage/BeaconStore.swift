@@ -157,6 +157,8 @@ public protocol BeaconStore: Sendable {
     func releasePushClaims() async throws
     /// Delivery records, newest first, filtered by user and/or message.
     func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob]
+    /// Pending jobs (due or not), and the time the oldest due one became due (nil: none is due at `now`).
+    func pushQueueStats(now: Int64) async throws -> (pending: Int, oldestDue: Int64?)
     /// The earliest time a pending job is due, if any.
     func nextPushJobDue() async throws -> Int64?
 

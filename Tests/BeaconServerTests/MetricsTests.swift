@@ -1,0 +1,68 @@
+import APNsSimulator
+import BeaconCore
+import Foundation
+import Testing
+
+private let phone = String(repeating: "ef", count: 32)
+
+/// `GET /metrics` moves with real traffic; `GET /ready` and `GET /health` answer a load balancer.
+@Suite struct MetricsTests {
+    private static func metrics(_ beacon: TestBeacon) async throws -> String {
+        let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil)
+        #expect(status == 200)
+        return body.stringValue ?? ""
+    }
+
+    @Test func metricsFollowMessagesPushesConnectionsAndRequests() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            let before = try await Self.metrics(beacon)
+            #expect(!before.contains("beacon_messages_stored_total{"))
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "x"]])
+            #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
+            // bob's laptop catches up with the two messages.
+            let device = try await beacon.connect("bob", device: "laptop")
+            try await device.events.synced()
+            let text = try await Self.metrics(beacon)
+            #expect(text.contains(#"beacon_messages_stored_total{type="txt",chat_type="chat"} 1"#))
+            #expect(text.contains(#"beacon_messages_stored_total{type="cmd",chat_type="chat"} 1"#))
+            #expect(text.contains(#"beacon_push_decisions_total{outcome="push",reason=""} 1"#))
+            #expect(text.contains(#"beacon_apns_requests_total{status="200",reason=""} 1"#))
+            #expect(text.contains("beacon_apns_request_duration_seconds_count 1"))
+            #expect(text.contains("beacon_websocket_connected_devices 1"))
+            #expect(text.contains("beacon_websocket_connects_total 1"))
+            #expect(text.contains("beacon_sync_catchup_messages_count 1"))
+            #expect(text.contains("beacon_sync_catchup_messages_sum 2.0"))
+            #expect(text.contains("beacon_push_queue_depth 0"))
+            #expect(text.contains(#"beacon_http_requests_total{route="/{org}/{app}/messages/users",method="POST",status="200"} 2"#), "\(text)")
+            // Labels never carry users, devices or tokens.
+            #expect(!text.contains("bob") && !text.contains("laptop") && !text.contains(phone))
+
+            // A refused push (its binding removed) and a skip are counted by reason.
+            await device.client.logout()
+            simulator.markUnregistered(deviceToken: phone, timestamp: Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "gone"]])
+            _ = try await beacon.pushOutcomes.attempts(2)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "unbound"]])
+            _ = try await beacon.deliveries(of: "bob") { $0.count == 3 }
+            let after = try await Self.metrics(beacon)
+            #expect(after.contains(#"beacon_apns_requests_total{status="410",reason="Unregistered"} 1"#))
+            #expect(after.contains("beacon_push_bindings_removed_total 1"))
+            #expect(after.contains(#"beacon_push_decisions_total{outcome="skipped",reason="no_binding"} 1"#))
+            #expect(after.contains("beacon_websocket_connected_devices 0"))
+            #expect(after.contains("beacon_websocket_disconnects_total 1"))
+        }
+    }
+
+    @Test func readinessNamesEachCheck() async throws {
+        try await withPushBeacon { beacon, _ in
+            let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
+            #expect(status == 200)
+            #expect(body == ["status": "ready", "store": "ok", "migrations": "done", "push_worker": "running"])
+            #expect(try await TestBeacon.rest(beacon.baseURL, "GET", "/health", body: nil, token: nil).1 == "ok")
+        }
+    }
+}
