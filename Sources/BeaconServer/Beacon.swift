@@ -196,7 +196,7 @@ public struct BeaconServer: Sendable {
         router.get("/metrics") { [store, metrics, configuration] _, _ in
             Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(string: try await metrics.render(store: store, now: configuration.clock()))))
+                body: .init(byteBuffer: ByteBuffer(string: await metrics.render(store: store, now: configuration.clock()))))
         }
         Routes(
             api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
@@ -251,8 +251,12 @@ public struct BeaconServer: Sendable {
         var checks: [String: String] = ["migrations": "done"]
         var ready = true
         do {
-            _ = try await store.pushQueueStats(now: clock())
+            // A read by primary key (no app has id 0): it answers whether the store does, and writes nothing.
+            _ = try await withTimeout(BeaconMetrics.storeReadTimeout) { try await store.app(id: 0) }
             checks["store"] = "ok"
+        } catch is TimedOut {
+            checks["store"] = "timeout"
+            ready = false
         } catch {
             checks["store"] = "unreachable"
             ready = false

@@ -216,12 +216,12 @@ struct DeviceSession {
                 // The device asked to sync: everything after what it acknowledged comes again.
                 delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
             }
-            let syncedFrom = delivered
+            var fetched = 0
             if mustFetch {
-                delivered = try await fetch(after: delivered, to: outbox, outbound)
+                (delivered, fetched) = try await fetch(after: delivered, to: outbox, outbound)
             }
             if pending.announceSynced {
-                messages.metrics.syncCatchUp.record(max(0, delivered - syncedFrom))
+                messages.metrics.syncCatchUp.record(fetched)
                 try await write(.synced(seq: delivered), to: outbound)
             }
             for message in pending.onlineOnly {
@@ -230,24 +230,29 @@ struct DeviceSession {
         }
     }
 
-    /// Sends everything the store holds after `seq`; returns the last sequence number sent.
-    private func fetch(after seq: Int64, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> Int64 {
+    /// Sends everything the store holds after `seq`; returns the last sequence number sent and how many messages were
+    /// written.
+    private func fetch(after seq: Int64, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> (Int64, Int) {
         var delivered = seq
+        var written = 0
         while true {
             let page = try await store.inbox(of: username, app: app.id, after: delivered, limit: Self.fetchPage)
             for entry in page {
-                try await deliver(entry, to: outbox, outbound)
+                if try await deliver(entry, to: outbox, outbound) { written += 1 }
                 delivered = entry.seq
             }
-            if page.count < Self.fetchPage { return delivered }
+            if page.count < Self.fetchPage { return (delivered, written) }
         }
     }
 
-    private func deliver(_ entry: InboxEntry, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws {
+    /// Writes the entry to the device unless it came from this device; returns whether it was written.
+    @discardableResult
+    private func deliver(_ entry: InboxEntry, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> Bool {
         outbox.noteSending(through: entry.seq)
         // The device a message was sent from already has it.
-        guard entry.originDevice != deviceID else { return }
+        guard entry.originDevice != deviceID else { return false }
         try await write(.message(seq: entry.seq, message: WireMessage(entry.message)), to: outbound)
+        return true
     }
 
     private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {

@@ -57,7 +57,7 @@ final class PushRouter: Service, Sendable {
         if let afterPresence { await afterPresence(message.id) }
         let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
         guard try await store.recordRoute(route, app: app.id) else { return }
-        metrics.pushDecisions(decided.jobs)
+        metrics.pushDecisions(decided.jobs, redecided: false)
         if decided.jobs.contains(where: { $0.skipReason == nil }) { jobsStored() }
         for username in try await wentOfflineSince(decided) {
             await deviceWentOffline(username, app: app)
@@ -99,7 +99,7 @@ final class PushRouter: Service, Sendable {
                         now: clock())
                     if try await store.recordRoute(route, app: app.id) {
                         recorded += 1
-                        metrics.pushDecisions(decided.jobs)
+                        metrics.pushDecisions(decided.jobs, redecided: true)
                     }
                 }
                 rerouted = rerouted || recorded > 0

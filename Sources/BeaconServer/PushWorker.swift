@@ -152,16 +152,18 @@ final class PushWorker: Service, Sendable {
             return (try? await store.bindingHolds(for: job.job, app: job.appID)) ?? true
         }
         let sentAt = ContinuousClock.now
-        defer { metrics.apnsLatency.record(duration: sentAt.duration(to: .now)) }
         do {
             _ = try await client.send(notification, stillWanted: stillBound)
+            metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
             metrics.apnsRequest(status: 200, reason: nil)
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
         } catch {
+            // A withdrawn send never went to APNs.
             if case .rejected(let status, let reason, _, _) = error {
-                metrics.apnsRequest(status: status, reason: reason?.rawValue)
-            } else if case .withdrawn = error {
-            } else {
+                metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
+                metrics.apnsRequest(status: status, reason: reason)
+            } else if !(error == .withdrawn) {
+                metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
                 metrics.apnsRequest(status: nil, reason: nil)
             }
             switch error {

@@ -7,10 +7,11 @@ private let phone = String(repeating: "ef", count: 32)
 
 /// `GET /metrics` moves with real traffic; `GET /ready` and `GET /health` answer a load balancer.
 @Suite struct MetricsTests {
-    private static func metrics(_ beacon: TestBeacon) async throws -> String {
+    /// The exposition's lines.
+    private static func metrics(_ beacon: TestBeacon) async throws -> Set<String> {
         let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil)
         #expect(status == 200)
-        return body.stringValue ?? ""
+        return Set((body.stringValue ?? "").split(separator: "\n").map(String.init))
     }
 
     @Test func metricsFollowMessagesPushesConnectionsAndRequests() async throws {
@@ -19,7 +20,7 @@ private let phone = String(repeating: "ef", count: 32)
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
             let before = try await Self.metrics(beacon)
-            #expect(!before.contains("beacon_messages_stored_total{"))
+            #expect(!before.contains { $0.hasPrefix("beacon_messages_stored_total{") })
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "x"]])
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
@@ -29,17 +30,18 @@ private let phone = String(repeating: "ef", count: 32)
             let text = try await Self.metrics(beacon)
             #expect(text.contains(#"beacon_messages_stored_total{type="txt",chat_type="chat"} 1"#))
             #expect(text.contains(#"beacon_messages_stored_total{type="cmd",chat_type="chat"} 1"#))
-            #expect(text.contains(#"beacon_push_decisions_total{outcome="push",reason=""} 1"#))
+            #expect(text.contains(#"beacon_push_decisions_total{outcome="push",reason="",decision="initial"} 1"#))
             #expect(text.contains(#"beacon_apns_requests_total{status="200",reason=""} 1"#))
             #expect(text.contains("beacon_apns_request_duration_seconds_count 1"))
-            #expect(text.contains("beacon_websocket_connected_devices 1"))
+            #expect(text.contains("beacon_websocket_connected_devices 1.0"))
             #expect(text.contains("beacon_websocket_connects_total 1"))
             #expect(text.contains("beacon_sync_catchup_messages_count 1"))
             #expect(text.contains("beacon_sync_catchup_messages_sum 2.0"))
-            #expect(text.contains("beacon_push_queue_depth 0"))
-            #expect(text.contains(#"beacon_http_requests_total{route="/{org}/{app}/messages/users",method="POST",status="200"} 2"#), "\(text)")
+            #expect(text.contains("beacon_push_queue_depth 0.0"))
+            #expect(text.contains("beacon_store_up 1.0"))
+            #expect(text.contains(#"beacon_http_requests_total{route="/{org}/{app}/messages/users",method="POST",status="200"} 2"#), "\(text.sorted())")
             // Labels never carry users, devices or tokens.
-            #expect(!text.contains("bob") && !text.contains("laptop") && !text.contains(phone))
+            #expect(!text.contains { $0.contains("bob") || $0.contains("laptop") || $0.contains(phone) })
 
             // A refused push (its binding removed) and a skip are counted by reason.
             await device.client.logout()
@@ -51,8 +53,8 @@ private let phone = String(repeating: "ef", count: 32)
             let after = try await Self.metrics(beacon)
             #expect(after.contains(#"beacon_apns_requests_total{status="410",reason="Unregistered"} 1"#))
             #expect(after.contains("beacon_push_bindings_removed_total 1"))
-            #expect(after.contains(#"beacon_push_decisions_total{outcome="skipped",reason="no_binding"} 1"#))
-            #expect(after.contains("beacon_websocket_connected_devices 0"))
+            #expect(after.contains(#"beacon_push_decisions_total{outcome="skipped",reason="no_binding",decision="initial"} 1"#))
+            #expect(after.contains("beacon_websocket_connected_devices 0.0"))
             #expect(after.contains("beacon_websocket_disconnects_total 1"))
         }
     }
@@ -63,6 +65,11 @@ private let phone = String(repeating: "ef", count: 32)
             #expect(status == 200)
             #expect(body == ["status": "ready", "store": "ok", "migrations": "done", "push_worker": "running"])
             #expect(try await TestBeacon.rest(beacon.baseURL, "GET", "/health", body: nil, token: nil).1 == "ok")
+            // Unknown paths share one route label, whatever they are.
+            for path in ["/nope", "/acme/chat/nothing/here"] {
+                #expect(try await TestBeacon.rest(beacon.baseURL, "GET", path, body: nil, token: nil).0 == 404)
+            }
+            #expect(try await Self.metrics(beacon).contains(#"beacon_http_requests_total{route="NotFound",method="GET",status="404"} 2"#))
         }
     }
 }
