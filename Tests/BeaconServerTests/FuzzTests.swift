@@ -1,3 +1,4 @@
+import BeaconClient
 import BeaconCore
 import BeaconProtocol
 import Foundation
@@ -236,7 +237,7 @@ import FoundationNetworking
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         request.httpBody = body
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         return (status, (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data.prefix(200), as: UTF8.self)))
     }

@@ -1,4 +1,5 @@
 import APNsSimulator
+import BeaconClient
 import BeaconCore
 import BeaconProtocol
 import BeaconServer
@@ -87,7 +88,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
                               ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")] {
             request.setValue(value, forHTTPHeaderField: name)
         }
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .null)
     }
 
@@ -321,8 +322,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             request.setValue("Bearer \(beacon.appToken)", forHTTPHeaderField: "Authorization")
             request.setValue("retry-1", forHTTPHeaderField: "Idempotency-Key")
             request.httpBody = Data(#"{"from":"alice","to":["bob","carol"],"type":"txt","body":{"msg":"once"}}"#.utf8)
-            let first = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.data(for: request).0)
-            let second = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.data(for: request).0)
+            let first = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
+            let second = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
             #expect(first["data"] == second["data"])
             #expect(first["data"]?["carol"]?.stringValue != nil)
             let body: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "twice?"], "msg_id": "client-7"]

@@ -87,7 +87,7 @@ extension Collector where Element == PushAttemptOutcome {
             request.setValue("multipart/form-data; boundary=\(boundary)", forHTTPHeaderField: "Content-Type")
             request.setValue("Bearer \(beacon.appToken)", forHTTPHeaderField: "Authorization")
             request.httpBody = form
-            let (_, response) = try await URLSession.shared.data(for: request)
+            let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
             #expect((response as? HTTPURLResponse)?.statusCode == 200)
             #expect(try await beacon.rest("GET", "/push/certificates").json["count"]?.intValue == 2)
 
