@@ -202,7 +202,10 @@ import Testing
     }
 
     static func restSender(_ sender: String, server: ServerProcess, appToken: String, ledger: Locked<Ledger>) async {
+        // Until cancelled, or until a send fails (its server was killed). A request in flight when the sender is cancelled
+        // still completes (requests are not cancelled with their task: see `dataIgnoringCancellation`).
         for index in 0... {
+            guard !Task.isCancelled else { return }
             let receiver = receivers[index % receivers.count]
             let send = Ledger.Send(sender: sender, receiver: receiver, index: index, reference: "\(sender)-\(index)", overWebSocket: false)
             guard let id = try? await restSend(send, server: server, appToken: appToken) else {
