@@ -81,6 +81,8 @@ extension PostgresStore {
                 ).decode((String, String).self) {
                     pushed.insert(SkippedDevice(deviceID: device, notifier: notifier))
                 }
+                // A stored version at the top of the range (a damaged row) is refused rather than wrapped or trapped on.
+                guard version < Int64.max else { throw BeaconError(.internalError, "read-state version of \(username) is exhausted") }
                 version += 1
                 try await connection.query(
                     """
@@ -226,7 +228,7 @@ extension PostgresStore {
                         AND NOT (status = 'skipped' AND last_reason = 'superseded')
                     """, logger: logger
                 ).collect().first?.decode(Int64?.self)
-                let due = last.map { $0 > now - spacing ? $0 + spacing : now } ?? now
+                let due = WithdrawalSchedule.due(after: last, spacing: spacing, now: now)
                 try await connection.query(
                     """
                     INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,

@@ -76,6 +76,8 @@ extension SQLiteStore {
                 {
                     pushed.insert(SkippedDevice(deviceID: row["device_id"], notifier: row["notifier"]))
                 }
+                // A stored version at the top of the range (a damaged row) is refused rather than wrapped or trapped on.
+                guard version < Int64.max else { throw BeaconError(.internalError, "read-state version of \(username) is exhausted") }
                 version += 1
                 let messageID: Int64 = newest["message_id"]
                 try db.execute(
@@ -216,7 +218,7 @@ extension SQLiteStore {
                 guard try Bool.fetchOne(newer, arguments: [app, job.username, job.deviceID, job.notifier, readVersion]) != true else { continue }
                 try supersede.execute(arguments: [now, app, job.username, job.deviceID, job.notifier, now])
                 let last = try Int64.fetchOne(previous, arguments: [app, job.username, job.deviceID, job.notifier])
-                let due = last.map { $0 > now - spacing ? $0 + spacing : now } ?? now
+                let due = WithdrawalSchedule.due(after: last, spacing: spacing, now: now)
                 try insert.execute(arguments: [
                     app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.priority, job.expiration,
                     job.apnsID, job.payload, now, now, due, readVersion,

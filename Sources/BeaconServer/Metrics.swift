@@ -111,7 +111,8 @@ public final class BeaconMetrics: Sendable {
         do {
             let queue = try await withTimeout(Self.storeReadTimeout) { try await store.pushQueueStats(now: now) }
             queueDepth.set(Double(queue.pending))
-            oldestDueAge.set(Double(queue.oldestDue.map { max(0, now - $0) } ?? 0) / 1000)
+            // In floating point: a stored due time far in the past (a damaged row) cannot overflow the subtraction.
+            oldestDueAge.set(queue.oldestDue.map { max(0, Double(now) - Double($0)) / 1000 } ?? 0)
             storeUp.set(1.0)
         } catch {
             storeUp.set(0.0)

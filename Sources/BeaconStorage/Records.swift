@@ -584,3 +584,13 @@ public struct ConversationSummary: Sendable, Hashable {
         self.lastTimestamp = lastTimestamp
     }
 }
+
+/// When a device's next withdrawal is due (`BeaconStore.queueWithdrawals`): at once, or `spacing` ms after its previous
+/// one's due time when that is recent. A stored due time at the top of the range (a damaged row) saturates.
+public enum WithdrawalSchedule {
+    public static func due(after previous: Int64?, spacing: Int64, now: Int64) -> Int64 {
+        guard let previous, previous > now - spacing else { return now }
+        let (due, overflow) = previous.addingReportingOverflow(spacing)
+        return overflow ? Int64.max : due
+    }
+}

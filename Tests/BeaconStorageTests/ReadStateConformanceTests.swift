@@ -134,6 +134,13 @@ import Testing
         }
     }
 
+    @Test func withdrawalDueTimesAreSpacedAndNeverOverflow() {
+        #expect(WithdrawalSchedule.due(after: nil, spacing: 3000, now: 10_000) == 10_000)
+        #expect(WithdrawalSchedule.due(after: 9_000, spacing: 3000, now: 10_000) == 12_000)
+        #expect(WithdrawalSchedule.due(after: 1_000, spacing: 3000, now: 10_000) == 10_000)
+        #expect(WithdrawalSchedule.due(after: Int64.max - 1, spacing: 3000, now: 10_000) == Int64.max)
+    }
+
     @Test(arguments: StoreKind.available)
     func withdrawalsAreCoalescedPerDevice(kind: StoreKind) async throws {
         try await kind.withStore { store in
