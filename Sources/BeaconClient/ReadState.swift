@@ -2,41 +2,6 @@ import BeaconCore
 import BeaconProtocol
 import Foundation
 
-/// One conversation as `BeaconClient.conversations()` lists it.
-public struct ConversationInfo: Sendable, Hashable, Codable {
-    public var chatType: ChatType
-    /// The peer's username (1:1) or the group id.
-    public var conversation: String
-    /// Unread messages (cmd and silent messages never count).
-    public var unread: Int
-    /// The user's push mode for it is `NONE`.
-    public var muted: Bool
-    /// The message it is read up to, if any.
-    public var readUpTo: String?
-    public var lastMessageID: String
-    public var lastTimestamp: Int64
-
-    enum CodingKeys: String, CodingKey {
-        case chatType = "chat_type", conversation, unread, muted, readUpTo = "read_up_to", lastMessageID = "last_msg_id",
-            lastTimestamp = "last_timestamp"
-    }
-}
-
-/// What a read answers: the markers that moved and the user's badge afterwards.
-struct ReadAnswer: Codable, Sendable {
-    var read: [ReadState]
-    var badge: Int
-}
-
-struct BadgeBody: Codable, Sendable {
-    var badge: Int
-}
-
-struct ReadBody: Codable, Sendable {
-    var upTo: String?
-    enum CodingKeys: String, CodingKey { case upTo = "up_to" }
-}
-
 extension BeaconClient {
     /// Marks a conversation read up to `messageID` (everything received so far when nil), for every device of the user:
     /// the others get a `read` marker live, and those that were pushed its messages get a background push that removes
@@ -45,7 +10,7 @@ extension BeaconClient {
     public func markConversationAsRead(chatType: ChatType, conversation: String, upTo messageID: UInt64? = nil) async throws -> Int {
         guard let username else { throw BeaconClientError.notLoggedIn }
         let path = "users/\(username)/conversations/\(chatType.rawValue)/\(conversation)/read"
-        let answer: Envelope<ReadAnswer> = try await post(path, body: ReadBody(upTo: messageID.map(String.init)))
+        let answer: Envelope<ReadAnswer> = try await post(path, body: ReadRequest(upTo: messageID.map(String.init)))
         return answer.data?.badge ?? 0
     }
 
@@ -53,7 +18,7 @@ extension BeaconClient {
     @discardableResult
     public func markAllConversationsAsRead() async throws -> Int {
         guard let username else { throw BeaconClientError.notLoggedIn }
-        let answer: Envelope<ReadAnswer> = try await post("users/\(username)/conversations/read", body: ReadBody())
+        let answer: Envelope<ReadAnswer> = try await post("users/\(username)/conversations/read", body: ReadRequest())
         return answer.data?.badge ?? 0
     }
 

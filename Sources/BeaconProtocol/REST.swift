@@ -315,3 +315,73 @@ public struct OfflinePushInfo: Sendable, Codable, Hashable {
         return result
     }
 }
+
+// MARK: Read state
+
+/// The body of `POST …/users/{u}/conversations/{type}/{key}/read` (optional: without it, everything so far is read).
+public struct ReadRequest: Sendable, Codable {
+    /// The message read up to, a decimal id.
+    public var upTo: String?
+
+    enum CodingKeys: String, CodingKey { case upTo = "up_to" }
+
+    public init(upTo: String? = nil) {
+        self.upTo = upTo
+    }
+}
+
+/// What a read answers (`data`): the markers that moved and the user's badge afterwards.
+public struct ReadAnswer: Sendable, Codable {
+    public var read: [ReadState]
+    public var badge: Int
+
+    public init(read: [ReadState], badge: Int) {
+        self.read = read
+        self.badge = badge
+    }
+}
+
+/// `PUT …/users/{u}/push/badge` (the app's own badge) and the `data` of its answer and of `GET` (the user's badge).
+public struct BadgeBody: Sendable, Codable {
+    public var badge: Int
+
+    public init(badge: Int) {
+        self.badge = badge
+    }
+}
+
+/// One conversation in `GET …/users/{u}/conversations` (`entities`).
+public struct ConversationInfo: Sendable, Hashable, Codable {
+    public var chatType: ChatType
+    /// The peer's username (1:1) or the group id.
+    public var conversation: String
+    /// Unread messages (cmd and silent messages never count).
+    public var unread: Int
+    /// The user's push mode for it is `NONE`.
+    public var muted: Bool
+    /// The message it is read up to, if any.
+    public var readUpTo: String?
+    /// The inbox position it is read up to (0: nothing read).
+    public var readSeq: Int64
+    public var lastMessageID: String
+    public var lastTimestamp: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case chatType = "chat_type", conversation, unread, muted, readUpTo = "read_up_to", readSeq = "read_seq",
+            lastMessageID = "last_msg_id", lastTimestamp = "last_timestamp"
+    }
+
+    public init(
+        chatType: ChatType, conversation: String, unread: Int, muted: Bool, readUpTo: String?, readSeq: Int64, lastMessageID: String,
+        lastTimestamp: Int64
+    ) {
+        self.chatType = chatType
+        self.conversation = conversation
+        self.unread = unread
+        self.muted = muted
+        self.readUpTo = readUpTo
+        self.readSeq = readSeq
+        self.lastMessageID = lastMessageID
+        self.lastTimestamp = lastTimestamp
+    }
+}

@@ -143,8 +143,7 @@ struct DeviceSession {
                 do {
                     try await store.reportBadge(of: username, app: app.id, value: count)
                 } catch {
-                    let failure = BeaconError(wrapping: error, logger: logger)
-                    answer(.error(id: nil, code: failure.code.rawValue, description: failure.message), on: outbox)
+                    answer(errorFrame(for: error, id: nil), on: outbox)
                 }
             }
         }
@@ -162,8 +161,7 @@ struct DeviceSession {
             let upToID = try upTo.map { text throws(BeaconError) in try Validation.messageID(text) }
             _ = try await reads.markRead(username, app: app, conversation: conversation, upTo: upToID, readingDevice: deviceID)
         } catch {
-            let failure = BeaconError(wrapping: error, logger: logger)
-            answer(.error(id: nil, code: failure.code.rawValue, description: failure.message), on: outbox)
+            answer(errorFrame(for: error, id: nil), on: outbox)
         }
     }
 
@@ -181,9 +179,14 @@ struct DeviceSession {
             guard let message = sent.first else { throw BeaconError(.internalError, "a send stored no message") }
             return .sent(id: request.id, messageID: String(message.id), timestamp: message.timestamp)
         } catch {
-            let failure = BeaconError(wrapping: error, logger: logger)
-            return .error(id: request.id, code: failure.code.rawValue, description: failure.message)
+            return errorFrame(for: error, id: request.id)
         }
+    }
+
+    /// The `error` frame for a failure (unexpected ones are logged and answered as `internal_error`).
+    private func errorFrame(for error: any Error, id: String?) -> ServerFrame {
+        let failure = BeaconError(wrapping: error, logger: logger)
+        return .error(id: id, code: failure.code.rawValue, description: failure.message)
     }
 
     // MARK: Writing

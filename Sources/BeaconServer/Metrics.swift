@@ -26,13 +26,18 @@ public final class BeaconMetrics: Sendable {
     private let queueDepth: Prometheus.Gauge
     private let oldestDueAge: Prometheus.Gauge
     private let storeUp: Prometheus.Gauge
-    private let counters = Mutex<[LabelSet: Metrics.Counter]>([:])
-    private let timers = Mutex<[LabelSet: Metrics.Timer]>([:])
+    private let instruments = Mutex(LabelledInstruments())
 
     /// A metric name with its label values, in order.
     private struct LabelSet: Hashable {
         var name: String
         var values: [String]
+    }
+
+    /// Labelled instruments made so far, by name and label values.
+    private struct LabelledInstruments {
+        var counters: [LabelSet: Metrics.Counter] = [:]
+        var timers: [LabelSet: Metrics.Timer] = [:]
     }
 
     /// How long `/metrics` waits for the store's queue figures before answering without them.
@@ -56,22 +61,24 @@ public final class BeaconMetrics: Sendable {
     }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> Metrics.Counter {
-        let key = LabelSet(name: name, values: labels.map(\.1))
-        return counters.withLock { cache in
-            if let counter = cache[key] { return counter }
-            let counter = Metrics.Counter(label: name, dimensions: labels, factory: factory)
-            cache[key] = counter
-            return counter
-        }
+        cached(\.counters, name, labels) { Metrics.Counter(label: name, dimensions: labels, factory: factory) }
     }
 
     private func timer(_ name: String, _ labels: [(String, String)]) -> Metrics.Timer {
+        cached(\.timers, name, labels) { Metrics.Timer(label: name, dimensions: labels, factory: factory) }
+    }
+
+    /// The instrument for `name` and `labels`, made by `make` the first time.
+    private func cached<Instrument: Sendable>(
+        _ table: WritableKeyPath<LabelledInstruments, [LabelSet: Instrument]>, _ name: String, _ labels: [(String, String)],
+        make: () -> Instrument
+    ) -> Instrument {
         let key = LabelSet(name: name, values: labels.map(\.1))
-        return timers.withLock { cache in
-            if let timer = cache[key] { return timer }
-            let timer = Metrics.Timer(label: name, dimensions: labels, factory: factory)
-            cache[key] = timer
-            return timer
+        return instruments.withLock { made in
+            if let instrument = made[keyPath: table][key] { return instrument }
+            let instrument = make()
+            made[keyPath: table][key] = instrument
+            return instrument
         }
     }
 

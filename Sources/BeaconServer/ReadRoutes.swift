@@ -12,38 +12,6 @@ struct ReadRoutes {
 
     var store: any BeaconStore { api.store }
 
-    /// The body of `POST …/conversations/{type}/{key}/read` (optional: without it, everything so far is read).
-    struct ReadRequest: Decodable {
-        var upTo: String?
-        enum CodingKeys: String, CodingKey { case upTo = "up_to" }
-    }
-
-    struct BadgeBody: Codable, Sendable {
-        var badge: Int
-    }
-
-    /// One conversation in `GET …/conversations`.
-    struct ConversationView: Codable, Sendable {
-        var chatType: ChatType
-        var conversation: String
-        var unread: Int
-        var muted: Bool
-        var readUpTo: String?
-        var readSeq: Int64
-        var lastMessageID: String
-        var lastTimestamp: Int64
-        enum CodingKeys: String, CodingKey {
-            case chatType = "chat_type", conversation, unread, muted, readUpTo = "read_up_to", readSeq = "read_seq",
-                lastMessageID = "last_msg_id", lastTimestamp = "last_timestamp"
-        }
-    }
-
-    /// The answer to a read: the markers that moved and the badge afterwards.
-    struct ReadView: Codable, Sendable {
-        var read: [ReadState]
-        var badge: Int
-    }
-
     static let maxConversations = 1000
 
     @Sendable func conversations(_ request: Request, _ context: some RequestContext) async throws -> Response {
@@ -51,7 +19,7 @@ struct ReadRoutes {
         let limit = min(max(request.uri.queryParameters.get("limit").flatMap { Int($0) } ?? 100, 1), Self.maxConversations)
         let found = try await store.conversations(of: user.username, app: app.id, limit: limit)
         let views = found.map { summary in
-            ConversationView(
+            ConversationInfo(
                 chatType: summary.conversation.chatType, conversation: summary.conversation.key, unread: summary.unread, muted: summary.muted,
                 readUpTo: summary.read.map { String($0.upTo) }, readSeq: summary.read?.seq ?? 0, lastMessageID: String(summary.lastMessageID),
                 lastTimestamp: summary.lastTimestamp)
@@ -94,6 +62,6 @@ struct ReadRoutes {
     private func respond(_ update: ReadUpdate, _ request: Request, app: AppRecord) -> Response {
         api.respond(
             request, app: app, action: "post",
-            data: ReadView(read: update.markers.map { ReadService.state($0, badge: nil) }, badge: update.badge))
+            data: ReadAnswer(read: update.markers.map { ReadService.state($0, badge: nil) }, badge: update.badge))
     }
 }
