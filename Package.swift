@@ -91,6 +91,8 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
+            // The push-result webhook's sender (HTTP/1.1 or 2, TLS, pooled connections, timeouts).
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
         // The Swift client SDK. Independent of the server modules.
         .target(name: "BeaconClient", dependencies: [

@@ -38,6 +38,7 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
         case userNotFound = "user_not_found"
         case groupNotFound = "group_not_found"
         case messageNotFound = "message_not_found"
+        case webhookNotFound = "webhook_not_found"
         case duplicate = "duplicate_unique_property_exists"
         case methodNotAllowed = "method_not_allowed"
         case internalError = "internal_error"
@@ -51,7 +52,7 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
             case .requestTooLarge: 413
             case .unauthorized, .badAccessToken: 401
             case .forbidden: 403
-            case .resourceNotFound, .appNotFound, .userNotFound, .groupNotFound, .messageNotFound: 404
+            case .resourceNotFound, .appNotFound, .userNotFound, .groupNotFound, .messageNotFound, .webhookNotFound: 404
             case .duplicate: 400
             case .methodNotAllowed: 405
             case .internalError: 500
@@ -76,6 +77,7 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
             case .userNotFound: "UserNotFoundException"
             case .groupNotFound: "GroupNotFoundException"
             case .messageNotFound: "MessageNotFoundException"
+            case .webhookNotFound: "WebhookNotFoundException"
             case .duplicate: "DuplicateUniquePropertyExistsException"
             case .methodNotAllowed: "MethodNotAllowedException"
             case .internalError: "InternalServerErrorException"

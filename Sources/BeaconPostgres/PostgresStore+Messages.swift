@@ -244,6 +244,7 @@ extension PostgresStore {
                 SELECT ctid FROM device_cursors WHERE app_id = \(app.id) AND updated_at < \(cutoff) LIMIT \(Self.retentionBatch))
             RETURNING 1
             """) == Self.retentionBatch {}
+        try await trimWebhookOutbox(app: app.id)
         return removed
     }
 }

@@ -85,9 +85,14 @@ extension PostgresStore {
         try await execute("DELETE FROM push_bindings WHERE app_id = \(app) AND username = \(username)")
     }
 
-    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool {
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
         try await transaction { connection in
             // A dead VoIP token takes only itself away; a dead alert token, the binding.
+            for (column, reason) in [("voip_token", "voip_token"), ("device_token", "token")] {
+                try await Self.recordBindingsRemoved(
+                    column: column, token: deviceToken, notifier: notifier, unlessBoundSince: unlessBoundSince, reason: reason, app: app,
+                    now: now, connection: connection, logger: logger)
+            }
             let cleared = try await connection.query(
                 """
                 UPDATE push_bindings SET voip_token = NULL WHERE app_id = \(app) AND voip_token = \(deviceToken) AND notifier = \(notifier)

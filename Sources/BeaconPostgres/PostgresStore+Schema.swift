@@ -232,5 +232,43 @@ extension PostgresStore {
                 """,
                 "ALTER TABLE push_jobs ADD COLUMN read_version BIGINT NOT NULL DEFAULT 0",
             ]),
+        Migration(
+            version: "v4-webhooks",
+            sql: [
+                """
+                CREATE TABLE webhooks (
+                    app_id BIGINT PRIMARY KEY, url TEXT NOT NULL, sealed_secret BYTEA NOT NULL, enabled BOOLEAN NOT NULL,
+                    failures BIGINT NOT NULL DEFAULT 0, next_attempt_at BIGINT NOT NULL DEFAULT 0, last_error TEXT,
+                    dropped_events BIGINT NOT NULL DEFAULT 0, claimed_until BIGINT NOT NULL DEFAULT 0,
+                    claim_token BIGINT NOT NULL DEFAULT 0, updated_at BIGINT NOT NULL)
+                """,
+                """
+                CREATE TABLE webhook_events (
+                    id BIGSERIAL PRIMARY KEY, app_id BIGINT NOT NULL, kind TEXT NOT NULL, at BIGINT NOT NULL,
+                    username TEXT NOT NULL, device_id TEXT NOT NULL, notifier TEXT NOT NULL, message_id BIGINT, push_type TEXT,
+                    outcome TEXT, reason TEXT, apns_status BIGINT, apns_id TEXT, attempts BIGINT)
+                """,
+                "CREATE INDEX webhook_events_by_app ON webhook_events (app_id, id)",
+                // The outbox is filled by a trigger, so that every path that decides a push job records its event in the
+                // same transaction, and none can forget to.
+                """
+                CREATE FUNCTION push_job_webhook_event() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.status <> 'pending' AND (TG_OP = 'INSERT' OR OLD.status <> NEW.status) THEN
+                        INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, message_id, push_type, outcome,
+                            reason, apns_status, apns_id, attempts)
+                        SELECT NEW.app_id, 'push', NEW.updated_at, NEW.username, NEW.device_id, NEW.notifier, NEW.message_id,
+                            NEW.push_type, NEW.status, NEW.last_reason, NEW.last_status, NEW.apns_id, NEW.attempts
+                        WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = NEW.app_id AND w.enabled);
+                    END IF;
+                    RETURN NULL;
+                END
+                $$
+                """,
+                """
+                CREATE TRIGGER push_jobs_webhook AFTER INSERT OR UPDATE OF status ON push_jobs
+                FOR EACH ROW EXECUTE FUNCTION push_job_webhook_event()
+                """,
+            ]),
     ]
 }

@@ -183,6 +183,7 @@ extension SQLiteStore {
         try await deleteInBatches(
             select: "SELECT rowid FROM device_cursors WHERE app_id = ? AND updated_at < ? LIMIT ?",
             delete: { "DELETE FROM device_cursors WHERE rowid IN (\($0))" }, app: app.id, cutoff: cutoff)
+        try await trimWebhookOutbox(app: app.id)
         return removed
     }
 

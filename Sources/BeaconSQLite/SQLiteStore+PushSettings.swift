@@ -84,9 +84,16 @@ extension SQLiteStore {
         }
     }
 
-    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool {
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
         try await pool.write { db in
             // A dead VoIP token takes only itself away; a dead alert token, the binding.
+            let unbound: StatementArguments = [notifier, unlessBoundSince, unlessBoundSince]
+            try Self.recordBindingsRemoved(
+                where: "b.voip_token = ? AND b.notifier = ? AND (? IS NULL OR b.bound_at < ?)", reason: "voip_token",
+                arguments: [deviceToken] + unbound, app: app, now: now, db: db)
+            try Self.recordBindingsRemoved(
+                where: "b.device_token = ? AND b.notifier = ? AND (? IS NULL OR b.bound_at < ?)", reason: "token",
+                arguments: [deviceToken] + unbound, app: app, now: now, db: db)
             try db.execute(
                 sql: "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
                 arguments: [app, deviceToken, notifier, unlessBoundSince, unlessBoundSince])

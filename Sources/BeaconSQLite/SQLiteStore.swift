@@ -197,6 +197,39 @@ public final class SQLiteStore: BeaconStore {
                     ALTER TABLE push_jobs ADD COLUMN read_version INTEGER NOT NULL DEFAULT 0;
                     """)
         }
+        migrator.registerMigration("v9-webhooks") { db in
+            // The push-result webhook's outbox is filled by triggers, so that every path that decides a push job (recorded
+            // skips, APNs' answers, expiry, superseded withdrawals, reads, deleted users, changed bindings) records its
+            // event in the same transaction, and none can forget to.
+            try db.execute(
+                sql: """
+                    CREATE TABLE webhooks (
+                        app_id INTEGER PRIMARY KEY, url TEXT NOT NULL, sealed_secret BLOB NOT NULL, enabled INTEGER NOT NULL,
+                        failures INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER NOT NULL DEFAULT 0, last_error TEXT,
+                        dropped_events INTEGER NOT NULL DEFAULT 0, claimed_until INTEGER NOT NULL DEFAULT 0,
+                        claim_token INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL);
+                    CREATE TABLE webhook_events (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT, app_id INTEGER NOT NULL, kind TEXT NOT NULL, at INTEGER NOT NULL,
+                        username TEXT NOT NULL, device_id TEXT NOT NULL, notifier TEXT NOT NULL, message_id INTEGER, push_type TEXT,
+                        outcome TEXT, reason TEXT, apns_status INTEGER, apns_id TEXT, attempts INTEGER);
+                    CREATE INDEX webhook_events_by_app ON webhook_events (app_id, id);
+                    CREATE TRIGGER push_jobs_decided_webhook AFTER INSERT ON push_jobs WHEN NEW.status != 'pending' BEGIN
+                        INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, message_id, push_type, outcome,
+                            reason, apns_status, apns_id, attempts)
+                        SELECT NEW.app_id, 'push', NEW.updated_at, NEW.username, NEW.device_id, NEW.notifier, NEW.message_id,
+                            NEW.push_type, NEW.status, NEW.last_reason, NEW.last_status, NEW.apns_id, NEW.attempts
+                        WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = NEW.app_id AND w.enabled = 1);
+                    END;
+                    CREATE TRIGGER push_jobs_finished_webhook AFTER UPDATE OF status ON push_jobs
+                    WHEN NEW.status != 'pending' AND NEW.status != OLD.status BEGIN
+                        INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, message_id, push_type, outcome,
+                            reason, apns_status, apns_id, attempts)
+                        SELECT NEW.app_id, 'push', NEW.updated_at, NEW.username, NEW.device_id, NEW.notifier, NEW.message_id,
+                            NEW.push_type, NEW.status, NEW.last_reason, NEW.last_status, NEW.apns_id, NEW.attempts
+                        WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = NEW.app_id AND w.enabled = 1);
+                    END;
+                    """)
+        }
         return migrator
     }
 

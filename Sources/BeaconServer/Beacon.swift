@@ -96,6 +96,7 @@ public struct BeaconServer: Sendable {
     let pushConfigs: PushConfigs?
     let pushWorker: PushWorker?
     let pushRouter: PushRouter?
+    let webhookSender: WebhookSender?
     let api: API
     let logins = LoginThrottle()
     let logger: Logger
@@ -140,6 +141,9 @@ public struct BeaconServer: Sendable {
                 metrics: metrics, jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
+        webhookSender = configuration.secretBox.map { box in
+            WebhookSender(store: store, box: box, clock: configuration.clock, metrics: metrics, logger: logger)
+        }
         messages = MessageService(
             store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, metrics: metrics,
             logger: logger)
@@ -235,7 +239,7 @@ public struct BeaconServer: Sendable {
             services: (switchboard.link.map { [ClusterService(link: $0, router: pushRouter, logger: logger)] } ?? []) + [
                 RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
                 CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
-            ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []),
+            ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []) + (webhookSender.map { [$0] } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
                 logger.notice("Beacon listening on http://\(configuration.host):\(port)")

@@ -26,6 +26,10 @@ public final class BeaconMetrics: Sendable {
     private let queueDepth: Prometheus.Gauge
     private let oldestDueAge: Prometheus.Gauge
     private let storeUp: Prometheus.Gauge
+    private let webhookOutbox: Prometheus.Gauge
+    private let webhookOldestAge: Prometheus.Gauge
+    private let webhookEventsDelivered: Metrics.Counter
+    private let webhookLatency: Metrics.Timer
     private let instruments = Mutex(LabelledInstruments())
 
     /// A metric name with its label values, in order.
@@ -58,6 +62,10 @@ public final class BeaconMetrics: Sendable {
         queueDepth = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_push_queue_depth"))
         oldestDueAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_push_oldest_due_age_seconds"))
         storeUp = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_store_up"))
+        webhookOutbox = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_outbox_events"))
+        webhookOldestAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_oldest_event_age_seconds"))
+        webhookEventsDelivered = Metrics.Counter(label: "beacon_webhook_events_delivered_total", factory: factory)
+        webhookLatency = Metrics.Timer(label: "beacon_webhook_delivery_duration_seconds", factory: factory)
     }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> Metrics.Counter {
@@ -106,13 +114,20 @@ public final class BeaconMetrics: Sendable {
         counter("beacon_apns_requests_total", [("status", status.map(String.init) ?? "none"), ("reason", reasonLabel)]).increment()
     }
 
+    /// One webhook POST: taken by the receiver (its events delivered) or not.
+    func webhookDelivery(delivered: Bool, events: Int, duration: Duration) {
+        counter("beacon_webhook_deliveries_total", [("result", delivered ? "delivered" : "failed")]).increment()
+        if delivered { webhookEventsDelivered.increment(by: events) }
+        webhookLatency.record(duration: duration)
+    }
+
     /// An HTTP request: its route pattern, method and status.
     func request(route: String, method: String, status: Int, duration: Duration) {
         counter("beacon_http_requests_total", [("route", route), ("method", method), ("status", String(status))]).increment()
         timer("beacon_http_request_duration_seconds", [("route", route), ("method", method)]).record(duration: duration)
     }
 
-    /// The text exposition. The push queue is read from the store now, waiting at most `storeReadTimeout`: a store that
+    /// The text exposition. The push queue and the webhook outbox are read from the store now, waiting at most `storeReadTimeout`: a store that
     /// fails or hangs sets `beacon_store_up` to 0 (and leaves the queue figures as they were) instead of failing the scrape.
     func render(store: any BeaconStore, now: Int64) async -> String {
         do {
@@ -120,6 +135,9 @@ public final class BeaconMetrics: Sendable {
             queueDepth.set(Double(queue.pending))
             // In floating point: a stored due time far in the past (a damaged row) cannot overflow the subtraction.
             oldestDueAge.set(queue.oldestDue.map { max(0, Double(now) - Double($0)) / 1000 } ?? 0)
+            let outbox = try await withTimeout(Self.storeReadTimeout) { try await store.webhookOutboxStats() }
+            webhookOutbox.set(Double(outbox.pending))
+            webhookOldestAge.set(outbox.oldest.map { max(0, Double(now) - Double($0)) / 1000 } ?? 0)
             storeUp.set(1.0)
         } catch {
             storeUp.set(0.0)

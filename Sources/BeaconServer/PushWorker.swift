@@ -191,7 +191,8 @@ final class PushWorker: Service, Sendable {
         }
         do {
             if try await store.removeBinding(
-                deviceToken: job.job.deviceToken, notifier: job.job.notifier, app: job.appID, unlessBoundSince: unlessBoundSince)
+                deviceToken: job.job.deviceToken, notifier: job.job.notifier, app: job.appID, unlessBoundSince: unlessBoundSince,
+                now: clock())
             {
                 metrics.bindingsRemoved.increment()
                 logger.info(

@@ -88,6 +88,10 @@ struct Routes {
         add(.post, "users/:username/conversations/:chattype/:key/read", readRoutes.read)
         add(.put, "users/:username/push/badge", readRoutes.reportBadge)
         add(.get, "users/:username/push/badge", readRoutes.badge)
+        let webhook = WebhookRoutes(api: api, box: pushConfigs?.box)
+        add(.put, "push/webhook", webhook.put)
+        add(.get, "push/webhook", webhook.get)
+        add(.delete, "push/webhook", webhook.delete)
     }
 
     // MARK: Tokens

@@ -100,9 +100,9 @@ public protocol BeaconStore: Sendable {
     func unbindAll(username: String, app: Int64) async throws
     /// The bindings of many users (absent: none).
     func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]]
-    /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms).
-    /// Returns whether one was removed.
-    func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?) async throws -> Bool
+    /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms), recording a
+    /// `binding_removed` webhook event (at `now`) for each. Returns whether one was removed.
+    func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool
 
     // MARK: Push settings
 
@@ -162,10 +162,31 @@ public protocol BeaconStore: Sendable {
     /// The earliest time a pending job is due, if any.
     func nextPushJobDue() async throws -> Int64?
 
+    // MARK: Push-result webhook
+
+    /// Sets the app's webhook (its delivery state starts afresh) or, with nil, removes it and the events waiting for it.
+    /// While a webhook is set and enabled, every push job that leaves `pending` (or is stored already decided) and every
+    /// binding `removeBinding` removes records a `WebhookEvent`, in the same transaction.
+    /// Returns the state before the change.
+    @discardableResult
+    func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState?
+    func webhook(app: Int64) async throws -> WebhookState?
+    /// Claims, for `lease` ms, the oldest `limit` events of one app whose webhook is enabled and due (apps least
+    /// recently due first); nil when none is. One batch per app at a time: events reach a receiver in order.
+    func claimWebhookBatch(now: Int64, lease: Int64, limit: Int) async throws -> WebhookBatch?
+    /// Ends a delivery attempt under its claim: delivered, the batch's events are removed and the failures reset;
+    /// otherwise `error` is kept, failures counted and the app's next attempt is at `retryAt`. False when the claim
+    /// lapsed and another took the app's events (nothing is changed).
+    @discardableResult
+    func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool
+    /// Events waiting in every app's outbox, and when the oldest was recorded (ms).
+    func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?)
+
     // MARK: Retention
 
     /// Drops inbox entries beyond the app's limits (count per conversation, age), messages no inbox holds, finished
-    /// push records, send receipts and cursors of devices unseen for the age limit. Works in small batches, each its
+    /// push records, send receipts, cursors of devices unseen for the age limit, and webhook events beyond
+    /// `WebhookOutbox.maxEventsPerApp` (oldest first, counted in `WebhookState.droppedEvents`). Works in small batches, each its
     /// own short transaction, so that senders never wait long behind it. Returns the number of inbox entries removed.
     func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
 }

@@ -315,8 +315,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(try await store.bindings(of: "alice", app: app.id).isEmpty)
             #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["aa"])
             // 410 with a timestamp before the binding: kept; after: removed.
-            #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1))
-            #expect(try await store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 3))
+            #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1, now: 5))
+            #expect(try await store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 3, now: 5))
             try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "bb", boundAt: 4), app: app.id)
             try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "voip", deviceToken: "cc", boundAt: 4), app: app.id)
             try await store.unbind(username: "bob", deviceID: "d9", notifier: "voip", app: app.id)

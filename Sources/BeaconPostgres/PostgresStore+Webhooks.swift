@@ -1,0 +1,150 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import PostgresNIO
+
+/// The push-result webhook: its configuration and outbox (filled by the `v4-webhooks` trigger and `removeBinding`).
+extension PostgresStore {
+    @discardableResult
+    public func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState? {
+        try await transaction { connection in
+            let previous = try await Self.webhook(app: app, connection: connection, logger: logger, lock: true)
+            if let config {
+                // A new configuration starts afresh, and fences out a batch claimed under the old one (claim_token).
+                try await connection.query(
+                    """
+                    INSERT INTO webhooks (app_id, url, sealed_secret, enabled, updated_at)
+                    VALUES (\(app), \(config.url), \(Data(config.sealedSecret)), \(config.enabled), \(now))
+                    ON CONFLICT (app_id) DO UPDATE SET url = excluded.url, sealed_secret = excluded.sealed_secret,
+                        enabled = excluded.enabled, updated_at = excluded.updated_at, failures = 0, next_attempt_at = 0,
+                        last_error = NULL, claimed_until = 0, claim_token = webhooks.claim_token + 1
+                    """, logger: logger)
+            } else {
+                try await connection.query("DELETE FROM webhooks WHERE app_id = \(app)", logger: logger)
+                try await connection.query("DELETE FROM webhook_events WHERE app_id = \(app)", logger: logger)
+            }
+            return previous
+        }
+    }
+
+    public func webhook(app: Int64) async throws -> WebhookState? {
+        try await transaction { connection in try await Self.webhook(app: app, connection: connection, logger: logger, lock: false) }
+    }
+
+    private static func webhook(app: Int64, connection: PostgresConnection, logger: Logger, lock: Bool) async throws -> WebhookState? {
+        let query: PostgresQuery = lock
+            ? "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app) FOR UPDATE"
+            : "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app)"
+        guard let row = try await connection.query(query, logger: logger).collect().first?.makeRandomAccess() else { return nil }
+        let pending = try await connection.query("SELECT COUNT(*) FROM webhook_events WHERE app_id = \(app)", logger: logger)
+            .collect().first?.decode(Int64.self) ?? 0
+        return WebhookState(
+            config: try webhookConfig(from: row), pendingEvents: Int(pending), consecutiveFailures: try row["failures"].decode(Int.self),
+            nextAttemptAt: try row["next_attempt_at"].decode(Int64.self), lastError: try row["last_error"].decode(String?.self),
+            droppedEvents: try row["dropped_events"].decode(Int64.self))
+    }
+
+    private static let webhookColumns =
+        "app_id, url, sealed_secret, enabled, failures, next_attempt_at, last_error, dropped_events, claim_token"
+
+    private static func webhookConfig(from row: PostgresRandomAccessRow) throws -> WebhookConfig {
+        WebhookConfig(
+            url: try row["url"].decode(String.self), sealedSecret: [UInt8](try row["sealed_secret"].decode(Data.self)),
+            enabled: try row["enabled"].decode(Bool.self))
+    }
+
+    public func claimWebhookBatch(now: Int64, lease: Int64, limit: Int) async throws -> WebhookBatch? {
+        try await transaction { connection in
+            // SKIP LOCKED: nodes polling together each take a different app, or nothing.
+            guard
+                let row = try await connection.query(
+                    """
+                    UPDATE webhooks SET claimed_until = \(now + lease), claim_token = claim_token + 1
+                    WHERE app_id = (
+                        SELECT w.app_id FROM webhooks w WHERE w.enabled AND w.next_attempt_at <= \(now) AND w.claimed_until <= \(now)
+                            AND EXISTS (SELECT 1 FROM webhook_events e WHERE e.app_id = w.app_id)
+                        ORDER BY w.next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                    RETURNING \(unescaped: Self.webhookColumns)
+                    """, logger: logger
+                ).collect().first?.makeRandomAccess()
+            else { return nil }
+            let app = try row["app_id"].decode(Int64.self)
+            var events: [WebhookEvent] = []
+            for event in try await connection.query(
+                "SELECT * FROM webhook_events WHERE app_id = \(app) ORDER BY id LIMIT \(max(limit, 1))", logger: logger
+            ).collect() {
+                events.append(try Self.webhookEvent(from: event.makeRandomAccess()))
+            }
+            return WebhookBatch(
+                app: app, config: try Self.webhookConfig(from: row), events: events, consecutiveFailures: try row["failures"].decode(Int.self),
+                claimToken: try row["claim_token"].decode(Int64.self))
+        }
+    }
+
+    private static func webhookEvent(from row: PostgresRandomAccessRow) throws -> WebhookEvent {
+        WebhookEvent(
+            id: try row["id"].decode(Int64.self), kind: WebhookEvent.Kind(rawValue: try row["kind"].decode(String.self)) ?? .push,
+            at: try row["at"].decode(Int64.self), username: try row["username"].decode(String.self),
+            deviceID: try row["device_id"].decode(String.self), notifier: try row["notifier"].decode(String.self),
+            messageID: try row["message_id"].decode(Int64?.self).map { UInt64(bitPattern: $0) },
+            pushType: try row["push_type"].decode(String?.self), outcome: try row["outcome"].decode(String?.self),
+            reason: try row["reason"].decode(String?.self), apnsStatus: try row["apns_status"].decode(Int?.self),
+            apnsID: try row["apns_id"].decode(String?.self), attempts: try row["attempts"].decode(Int?.self))
+    }
+
+    @discardableResult
+    public func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool {
+        if let error {
+            return try await execute(
+                """
+                UPDATE webhooks SET failures = failures + 1, last_error = \(error), next_attempt_at = \(retryAt), claimed_until = 0
+                WHERE app_id = \(batch.app) AND claim_token = \(batch.claimToken) RETURNING 1
+                """) > 0
+        }
+        return try await transaction { connection in
+            let finished = try await connection.query(
+                """
+                UPDATE webhooks SET failures = 0, last_error = NULL, next_attempt_at = 0, claimed_until = 0
+                WHERE app_id = \(batch.app) AND claim_token = \(batch.claimToken) RETURNING 1
+                """, logger: logger
+            ).collect().count
+            guard finished > 0 else { return false }
+            try await connection.query(
+                "DELETE FROM webhook_events WHERE app_id = \(batch.app) AND id = ANY(\(batch.events.map(\.id)))", logger: logger)
+            return true
+        }
+    }
+
+    public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
+        guard let row = try await rows("SELECT COUNT(*) AS pending, MIN(at) AS oldest FROM webhook_events").first else { return (0, nil) }
+        return (Int(try row["pending"].decode(Int64.self)), try row["oldest"].decode(Int64?.self))
+    }
+
+    /// Drops the app's oldest events beyond `WebhookOutbox.maxEventsPerApp`, counting them on the webhook.
+    func trimWebhookOutbox(app: Int64) async throws {
+        try await execute(
+            """
+            WITH dropped AS (
+                DELETE FROM webhook_events WHERE app_id = \(app) AND id <= (
+                    SELECT id FROM webhook_events WHERE app_id = \(app) ORDER BY id DESC LIMIT 1 OFFSET \(WebhookOutbox.maxEventsPerApp))
+                RETURNING 1)
+            UPDATE webhooks SET dropped_events = dropped_events + (SELECT COUNT(*) FROM dropped)
+            WHERE app_id = \(app) AND EXISTS (SELECT 1 FROM dropped)
+            """)
+    }
+
+    /// Records a `binding_removed` event for each binding of the app whose `column` holds `token`, when its webhook is on.
+    static func recordBindingsRemoved(
+        column: String, token: String, notifier: String, unlessBoundSince: Int64?, reason: String, app: Int64, now: Int64,
+        connection: PostgresConnection, logger: Logger
+    ) async throws {
+        try await connection.query(
+            """
+            INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, reason)
+            SELECT b.app_id, 'binding_removed', \(now), b.username, b.device_id, b.notifier, \(reason) FROM push_bindings b
+            WHERE b.app_id = \(app) AND b.\(unescaped: column) = \(token) AND b.notifier = \(notifier)
+                AND (\(unlessBoundSince)::bigint IS NULL OR b.bound_at < \(unlessBoundSince))
+                AND EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = b.app_id AND w.enabled)
+            """, logger: logger)
+    }
+}

@@ -1,0 +1,178 @@
+import AsyncHTTPClient
+import BeaconStorage
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+/// Delivers the push-result webhook outbox: claims the oldest events of an app whose receiver is due, POSTs them as one
+/// signed JSON batch, and removes them once the receiver answers 2xx; otherwise the app's deliveries back off (1 s
+/// doubling to 5 min, ±20 %) and the same events go again. The outbox is filled by the store in the transactions that
+/// decide pushes, so this never slows the push path, and a crash or a receiver outage loses nothing (up to
+/// `WebhookOutbox.maxEventsPerApp` per app). Delivery is at least once: a receiver deduplicates by event `id`.
+final class WebhookSender: Service, Sendable {
+    let store: any BeaconStore
+    let box: SecretBox
+    let clock: @Sendable () -> Int64
+    let metrics: BeaconMetrics
+    let logger: Logger
+
+    /// Events per POST, at most.
+    static let batchSize = 100
+    /// Apps delivered to at once: one slow receiver does not hold up the others longer than a round.
+    static let concurrentApps = 8
+    /// How long a claim on an app's events lasts (a node that dies mid-delivery hands them on after this).
+    static let lease: Int64 = 60_000
+    /// A receiver that has not answered in this long has failed the delivery.
+    static let requestTimeout: TimeAmount = .seconds(10)
+    /// How often the outbox is looked at when nothing was due.
+    static let pollInterval: Duration = .seconds(1)
+
+    init(store: any BeaconStore, box: SecretBox, clock: @escaping @Sendable () -> Int64, metrics: BeaconMetrics, logger: Logger) {
+        self.store = store
+        self.box = box
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let client = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+            // Not followed: a redirect would send the signed events somewhere the app did not configure.
+            configuration: .init(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(5), read: Self.requestTimeout)),
+            backgroundActivityLogger: logger)
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                let delivered = await self.deliverRound(client: client)
+                if delivered == 0 { try? await Task.sleep(for: Self.pollInterval) }
+            }
+        }
+        try await client.shutdown()
+    }
+
+    /// Claims up to `concurrentApps` due batches and delivers them side by side. Returns how many were claimed.
+    func deliverRound(client: HTTPClient) async -> Int {
+        var batches: [WebhookBatch] = []
+        do {
+            while batches.count < Self.concurrentApps,
+                let batch = try await store.claimWebhookBatch(now: clock(), lease: Self.lease, limit: Self.batchSize)
+            {
+                batches.append(batch)
+            }
+        } catch {
+            logger.error("claiming webhook events failed", metadata: ["error": "\(error)"])
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for batch in batches {
+                group.addTask { await self.deliver(batch, client: client) }
+            }
+        }
+        return batches.count
+    }
+
+    private func deliver(_ batch: WebhookBatch, client: HTTPClient) async {
+        let failure: String?
+        let start = ContinuousClock.now
+        do {
+            failure = try await post(batch, client: client)
+        } catch {
+            failure = "\(error)"
+        }
+        metrics.webhookDelivery(delivered: failure == nil, events: batch.events.count, duration: start.duration(to: .now))
+        let now = clock()
+        let retryAt = now + Self.backoff(failures: batch.consecutiveFailures)
+        if let failure {
+            logger.warning(
+                "webhook delivery failed", metadata: ["app": "\(batch.app)", "events": "\(batch.events.count)", "error": "\(failure)"])
+        }
+        do {
+            try await store.finishWebhookBatch(batch, error: failure, retryAt: retryAt, now: now)
+        } catch {
+            // The claim lapses and the same events go again.
+            logger.error("recording a webhook delivery failed", metadata: ["app": "\(batch.app)", "error": "\(error)"])
+        }
+    }
+
+    /// POSTs the batch; nil when the receiver took it, else why not.
+    private func post(_ batch: WebhookBatch, client: HTTPClient) async throws -> String? {
+        guard let app = try await store.app(id: batch.app) else { return "the app is gone" }
+        let body = API.encode(WebhookDelivery(org: app.key.org, app: app.key.name, events: batch.events.map(WebhookDelivery.Event.init)))
+        let timestamp = clock() / 1000
+        var request = HTTPClientRequest(url: batch.config.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "Beacon")
+        request.headers.add(name: "X-Beacon-Timestamp", value: String(timestamp))
+        request.headers.add(
+            name: "X-Beacon-Signature",
+            value: Self.signature(secret: try box.open(batch.config.sealedSecret), timestamp: timestamp, body: body))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response = try await client.execute(request, timeout: Self.requestTimeout)
+        // The answer's body is not needed; reading a little of it lets the connection be reused.
+        _ = try? await response.body.collect(upTo: 64 * 1024)
+        return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+    }
+
+    /// `sha256=` and the lowercase hex HMAC-SHA256, keyed by the secret, of `"<timestamp>.<body>"`.
+    static func signature(secret: [UInt8], timestamp: Int64, body: [UInt8]) -> String {
+        var mac = HMAC<SHA256>(key: SymmetricKey(data: secret))
+        mac.update(data: Array("\(timestamp).".utf8))
+        mac.update(data: body)
+        return "sha256=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Milliseconds before the next delivery after `failures` earlier failures (this one not counted): 1 s doubling to
+    /// 5 min, ±20 % jitter.
+    static func backoff(failures: Int) -> Int64 {
+        let base = min(300_000, 1000 << min(max(failures, 0), 9))
+        return Int64(Double(base) * Double.random(in: 0.8...1.2))
+    }
+}
+
+/// The JSON body of one webhook POST (docs/operations.md, "Push-result webhook").
+struct WebhookDelivery: Encodable {
+    var org: String
+    var app: String
+    var events: [Event]
+
+    struct Event: Encodable {
+        var id: Int64
+        var type: String
+        var at: Int64
+        var username: String
+        var deviceID: String
+        var notifier: String
+        var messageID: String?
+        var pushType: String?
+        var outcome: String?
+        var reason: String?
+        var apnsStatus: Int?
+        var apnsID: String?
+        var attempts: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case id, type, at, username, notifier, outcome, reason, attempts
+            case deviceID = "device_id", messageID = "message_id", pushType = "push_type", apnsStatus = "apns_status"
+            case apnsID = "apns_id"
+        }
+
+        init(_ event: WebhookEvent) {
+            id = event.id
+            type = event.kind.rawValue
+            at = event.at
+            username = event.username
+            deviceID = event.deviceID
+            notifier = event.notifier
+            messageID = event.messageID.map(String.init)
+            pushType = event.pushType
+            outcome = event.outcome
+            reason = event.reason
+            apnsStatus = event.apnsStatus
+            // An apns-id names a request APNs saw: skipped pushes never had one.
+            apnsID = event.outcome == "skipped" ? nil : event.apnsID
+            attempts = event.attempts
+        }
+    }
+}

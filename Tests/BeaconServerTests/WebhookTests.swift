@@ -1,0 +1,185 @@
+import BeaconCore
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+private let phone = String(repeating: "ab", count: 32)
+private let tablet = String(repeating: "ef", count: 32)
+private let secret = "s3cret-for-the-webhook"
+
+/// A real HTTP receiver for the push-result webhook: records every POST and answers 503 to the first `failFirst`.
+final class WebhookReceiver: Sendable {
+    struct Received: Sendable {
+        var timestamp: String?
+        var signature: String?
+        var body: Data
+        var status: Int
+
+        var json: JSONValue { (try? JSONDecoder().decode(JSONValue.self, from: body)) ?? .null }
+        var events: [JSONValue] { json["events"]?.arrayValue ?? [] }
+    }
+
+    let requests: Collector<Received>
+    let url: String
+
+    private init(requests: Collector<Received>, url: String) {
+        self.requests = requests
+        self.url = url
+    }
+
+    /// The events of every POST the receiver took (2xx), by id.
+    static func accepted(_ requests: [Received]) -> [Int: JSONValue] {
+        var events: [Int: JSONValue] = [:]
+        for request in requests where request.status == 200 {
+            for event in request.events { if let id = event["id"]?.intValue { events[id] = event } }
+        }
+        return events
+    }
+
+    static func run<T: Sendable>(failFirst: Int = 0, _ body: @Sendable (WebhookReceiver) async throws -> T) async throws -> T {
+        let (stream, sink) = AsyncStream.makeStream(of: Received.self)
+        let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
+        let received = Collector(stream)
+        let statuses = Mutex(failFirst)
+        let router = Router()
+        router.post("/hook") { request, _ -> Response in
+            var request = request
+            let bytes = try await request.collectBody(upTo: 1 << 20)
+            let status = statuses.withLock { left -> Int in
+                guard left > 0 else { return 200 }
+                left -= 1
+                return 503
+            }
+            sink.yield(
+                Received(
+                    timestamp: request.headers.first { $0.name.canonicalName == "x-beacon-timestamp" }?.value,
+                    signature: request.headers.first { $0.name.canonicalName == "x-beacon-signature" }?.value,
+                    body: Data(buffer: bytes), status: status))
+            return Response(status: .init(code: status))
+        }
+        let application = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { portSink.yield($0.localAddress?.port ?? 0) }, logger: Logger(label: "webhook-receiver"))
+        let services = ServiceGroup(configuration: .init(services: [application], logger: Logger(label: "webhook-receiver")))
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await services.run() }
+            defer { group.cancelAll() }
+            var iterator = ports.makeAsyncIterator()
+            guard let port = await iterator.next() else { throw HTTPError(description: "receiver did not start") }
+            let receiver = WebhookReceiver(requests: received, url: "http://127.0.0.1:\(port)/hook")
+            let result = try await body(receiver)
+            await services.triggerGracefulShutdown()
+            try await group.waitForAll()
+            return result
+        }
+    }
+}
+
+/// The push-result webhook (issue 10): configured over REST, fed by every final push outcome, signed, retried.
+@Suite struct WebhookTests {
+    private static func expectedSignature(timestamp: String, body: Data) -> String {
+        var mac = HMAC<SHA256>(key: SymmetricKey(data: Array(secret.utf8)))
+        mac.update(data: Array("\(timestamp).".utf8))
+        mac.update(data: body)
+        return "sha256=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    @Test func everyPushOutcomeReachesTheReceiverSignedAfterAnOutage() async throws {
+        try await WebhookReceiver.run(failFirst: 2) { receiver in
+            try await withPushBeacon { beacon, simulator in
+                try await beacon.createUsers("alice", "bob", "carol")
+                try await beacon.uploadP8()
+                _ = try await beacon.bind("bob", token: phone)
+                _ = try await beacon.bind("carol", device: "ipad", token: tablet)
+                simulator.markUnregistered(deviceToken: tablet, timestamp: Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
+
+                // Configuration: validated, app token only, the secret never shown.
+                #expect(try await beacon.rest("GET", "/push/webhook").json["error"] == "webhook_not_found")
+                #expect(try await beacon.rest("DELETE", "/push/webhook").status == 404)
+                #expect(try await beacon.rest("PUT", "/push/webhook", ["url": "ftp://127.0.0.1/x", "secret": .string(secret)]).json["error"] == "illegal_argument")
+                #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": "short"]).json["error"] == "illegal_argument")
+                #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url)]).json["error"] == "json_parse")
+                let bob = try await beacon.userToken("bob")
+                #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)], token: bob).status == 403)
+                let set = try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)])
+                #expect(set.status == 200)
+                #expect(set.json["data"]?["url"]?.stringValue == receiver.url)
+                #expect(set.json["data"]?["enabled"] == true)
+                #expect(set.json["data"]?["pending_events"]?.intValue == 0)
+                #expect(!String(describing: set.json).contains(secret))
+
+                // Pushed to bob, refused for carol (her binding goes), a silent message skipped.
+                let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+                let ids = try #require(sent.json["data"])
+                _ = try await beacon.pushOutcomes.attempts(2)
+                let silent = try await beacon.rest(
+                    "POST", "/messages/users",
+                    ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"], "ext": ["em_ignore_notification": true]])
+                let silentID = try #require(silent.json["data"]?["bob"]?.stringValue)
+
+                // The receiver is down for two deliveries: the webhook backs off and keeps the events.
+                try await receiver.requests.wait { $0.count >= 1 }
+                let failing = try await beacon.rest("GET", "/push/webhook").json["data"]
+                #expect((failing?["consecutive_failures"]?.intValue ?? 0) >= 1)
+                #expect(failing?["last_error"] == "HTTP 503")
+
+                // Then it takes them, each outcome once (by id), the same ids as the refused attempts carried.
+                let expected = 4
+                try await receiver.requests.wait(timeout: .seconds(30)) { WebhookReceiver.accepted($0).count >= expected }
+                let accepted = WebhookReceiver.accepted(receiver.requests.items)
+                #expect(accepted.count == expected)
+                let refusedIDs = Set(receiver.requests.items.filter { $0.status != 200 }.flatMap(\.events).compactMap { $0["id"]?.intValue })
+                #expect(refusedIDs.isSubset(of: Set(accepted.keys)))
+                let events = accepted.keys.sorted().compactMap { accepted[$0] }
+                let bobSent = try #require(events.first { $0["username"] == "bob" && $0["outcome"] == "sent" })
+                #expect(bobSent["type"] == "push")
+                #expect(bobSent["message_id"] == ids["bob"])
+                #expect(bobSent["device_id"] == "iphone")
+                #expect(bobSent["notifier"] == "ios-dev")
+                #expect(bobSent["push_type"] == "alert")
+                #expect(bobSent["apns_status"]?.intValue == 200)
+                #expect(bobSent["apns_id"]?.stringValue?.count == 36)
+                #expect(bobSent["attempts"]?.intValue == 1)
+                let carolFailed = try #require(events.first { $0["username"] == "carol" && $0["type"] == "push" })
+                #expect(carolFailed["outcome"] == "failed")
+                #expect(carolFailed["reason"] == "Unregistered")
+                #expect(carolFailed["apns_status"]?.intValue == 410)
+                let removed = try #require(events.first { $0["type"] == "binding_removed" })
+                #expect(removed["username"] == "carol" && removed["device_id"] == "ipad" && removed["reason"] == "token")
+                let skipped = try #require(events.first { $0["outcome"] == "skipped" })
+                #expect(skipped["message_id"]?.stringValue == silentID)
+                #expect(skipped["reason"] == "silent")
+                #expect(skipped["apns_id"] == nil)
+
+                // Every POST is signed over its timestamp and exact body.
+                let now = Int64(Date().timeIntervalSince1970)
+                for request in receiver.requests.items {
+                    let timestamp = try #require(request.timestamp)
+                    #expect(abs((Int64(timestamp) ?? 0) - now) < 120)
+                    #expect(request.signature == Self.expectedSignature(timestamp: timestamp, body: request.body))
+                    #expect(request.json["org"] == "acme" && request.json["app"] == "chat")
+                }
+                // Delivered: nothing waits, failures reset, and the metrics tell the story.
+                let state = try await beacon.rest("GET", "/push/webhook").json["data"]
+                #expect(state?["pending_events"]?.intValue == 0)
+                #expect(state?["consecutive_failures"]?.intValue == 0)
+                #expect(state?["last_error"] == nil)
+                let metrics = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil).1.stringValue ?? ""
+                #expect(metrics.contains(#"beacon_webhook_deliveries_total{result="failed"} 2"#))
+                #expect(metrics.contains(#"beacon_webhook_events_delivered_total 4"#))
+                #expect(metrics.contains("beacon_webhook_outbox_events 0"))
+
+                // Removed: nothing more is recorded or sent.
+                let deleted = try await beacon.rest("DELETE", "/push/webhook")
+                #expect(deleted.json["data"]?["url"]?.stringValue == receiver.url)
+                _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "z"]])
+                _ = try await beacon.pushOutcomes.attempts(3)
+                #expect(try await beacon.store.webhookOutboxStats().pending == 0)
+            }
+        }
+    }
+}
