@@ -191,6 +191,7 @@ public struct BeaconServer: Sendable {
         let routes = RouteTable()
         let refusedUpgrades = RefusedUpgrades()
         let router = Router(context: BeaconRequestContext.self)
+        router.add(middleware: RequestLogMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
         router.get("/health") { _, _ in "ok" }

@@ -29,7 +29,7 @@ struct DataOptions: ParsableArguments {
     @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL, which several nodes may share (env BEACON_DATABASE_URL, config key database).")
     var database: String?
 
-    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, nodeId, logLevel.")
+    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, nodeId, logLevel, logFormat.")
     var config: String?
 
     /// Flags first, then `BEACON_*` environment variables, then the configuration file.
@@ -52,10 +52,20 @@ struct DataOptions: ParsableArguments {
     }
 }
 
-func makeLogger(level: String?) -> Logger {
-    LoggingSystem.bootstrap(StreamLogHandler.standardOutput)
+/// The process's logger: `logLevel` (trace … critical; default `info`, or `fallbackLevel`) and `logFormat` (`text`, the
+/// default, or `json`: one JSON object per line).
+func makeLogger(_ config: ConfigReader, fallbackLevel: Logger.Level = .info) throws -> Logger {
+    let levelText = config.string(forKey: "logLevel")
+    guard let level = levelText.map({ Logger.Level(rawValue: $0) }) ?? fallbackLevel else {
+        throw ValidationError("logLevel must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+    }
+    switch config.string(forKey: "logFormat", default: "text") {
+    case "text": LoggingSystem.bootstrap(StreamLogHandler.standardOutput)
+    case "json": LoggingSystem.bootstrap { JSONLogHandler(label: $0) }
+    case let other: throw ValidationError("logFormat must be text or json, not \(other)")
+    }
     var logger = Logger(label: "beacon")
-    logger.logLevel = level.flatMap(Logger.Level.init(rawValue:)) ?? .info
+    logger.logLevel = level
     return logger
 }
 
@@ -98,7 +108,7 @@ struct Serve: AsyncParsableCommand {
         if let durability { flags["durability"] = ConfigValue(.string(durability), isSecret: false) }
         if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
         let config = try await data.reader(flags: flags)
-        let logger = makeLogger(level: config.string(forKey: "logLevel"))
+        let logger = try makeLogger(config)
         try await withConfiguredStore(config, logger: logger) { store, database in
             try await serve(store, database: database, config: config, logger: logger)
         }
@@ -206,7 +216,7 @@ struct AppCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError(error.message)
             }
-            let credentials = try await withConfiguredStore(config, logger: makeLogger(level: config.string(forKey: "logLevel") ?? "warning")) {
+            let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
                 store, _ in try await AppProvisioning.create(key, in: store)
             }
             if json {
@@ -322,7 +332,7 @@ struct Migrate: AsyncParsableCommand {
 
     func run() async throws {
         let config = try await data.reader(flags: [:])
-        let logger = makeLogger(level: config.string(forKey: "logLevel"))
+        let logger = try makeLogger(config)
         try await withConfiguredStore(config, logger: logger) { _, database in
             switch database {
             case .sqlite: print("SQLite schema up to date")

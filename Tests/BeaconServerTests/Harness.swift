@@ -57,11 +57,11 @@ struct TestBeacon: Sendable {
     /// to that simulator (trusting what is uploaded) using `secretKey`; `directory` reuses a data directory.
     static func run<T: Sendable>(
         clock: TestClock? = nil, push: APNsSimulator? = nil, apnsRouting: APNsRouting? = nil, directory: URL? = nil,
-        hooks: BeaconHooks = BeaconHooks(), _ body: @Sendable (TestBeacon) async throws -> T
+        hooks: BeaconHooks = BeaconHooks(), logger: Logger? = nil, _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
         return try await withTestStore(directory: directory) { store in
-            try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: apnsRouting, hooks: hooks, body)
+            try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: apnsRouting, hooks: hooks, logger: logger, body)
         }
     }
 
@@ -104,10 +104,13 @@ struct TestBeacon: Sendable {
 
     private static func run<T: Sendable>(
         store: any BeaconStore, directory: URL, clock: TestClock?, push: APNsSimulator?, apnsRouting: APNsRouting?, hooks: BeaconHooks,
-        _ body: @Sendable (TestBeacon) async throws -> T
+        logger: Logger? = nil, _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
-        var logger = Logger(label: "beacon.test")
-        logger.logLevel = .warning
+        let logger = logger ?? {
+            var logger = Logger(label: "beacon.test")
+            logger.logLevel = .warning
+            return logger
+        }()
         let credentials = try await store.app(AppKey(org: "acme", name: "chat")) == nil
             ? try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store) : nil
         // Retention (newest 500 per conversation) would trim a test's inbox if the test outlasted one interval on a loaded
