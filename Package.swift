@@ -93,6 +93,9 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
             // The push-result webhook's sender (HTTP/1.1 or 2, TLS, pooled connections, timeouts).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ], resources: [
+            // The REST API's OpenAPI 3.1 contract, served at GET /openapi.json (kept true by tests/contract).
+            .embedInCode("openapi.json"),
         ]),
         // The Swift client SDK. Independent of the server modules.
         .target(name: "BeaconClient", dependencies: [

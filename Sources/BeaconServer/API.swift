@@ -84,7 +84,8 @@ struct API: Sendable {
         return buffer.readableBytes == 0 ? nil : try Self.decode(T.self, from: buffer)
     }
 
-    private func collectBody(of request: Request) async throws -> ByteBuffer {
+    /// The request's body, refused with `request_entity_too_large` beyond `maxBodyBytes`.
+    func collectBody(of request: Request) async throws -> ByteBuffer {
         var request = request
         do {
             return try await request.collectBody(upTo: Self.maxBodyBytes)

@@ -187,27 +187,50 @@ public struct BeaconServer: Sendable {
                 logger: logger))
     }
 
-    private func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
+    /// Every route this server answers, as `METHOD /path` with `:parameter` segments (`beacon routes`): the REST router's
+    /// and the WebSocket upgrade. The OpenAPI contract test compares them with `openapi.json`.
+    public func routeDescriptions() -> [String] {
         let routes = RouteTable()
-        let refusedUpgrades = RefusedUpgrades()
+        _ = makeRouter(routes: routes)
+        return (routes.all + [(.get, "/:org/:app/ws")]).map { "\($0.method.rawValue) \($0.path)" }
+    }
+
+    /// The REST router: operational endpoints, the OpenAPI document and the API, each recorded in `routes` (for 405s).
+    private func makeRouter(routes: RouteTable) -> Router<BeaconRequestContext> {
         let router = Router(context: BeaconRequestContext.self)
         router.add(middleware: RequestLogMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
-        router.get("/health") { _, _ in "ok" }
-        router.get("/ready") { [store, pushWorker, configuration] _, _ in
+        func get(_ path: String, _ handler: @escaping @Sendable (Request, BeaconRequestContext) async throws -> Response) {
+            router.get(RouterPath(path), use: handler)
+            routes.add(.get, path)
+        }
+        get("/health") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok")))
+        }
+        get("/ready") { [store, pushWorker, configuration] _, _ in
             try await Self.readiness(store: store, pushWorker: pushWorker, clock: configuration.clock)
         }
-        router.get("/metrics") { [store, metrics, configuration] _, _ in
+        get("/metrics") { [store, metrics, configuration] _, _ in
             Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(string: await metrics.render(store: store, now: configuration.clock()))))
+        }
+        get("/openapi.json") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_json)))
         }
         Routes(
             api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
             passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration)
             .register(on: router, table: routes)
+        return router
+    }
+
+    private func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
+        let routes = RouteTable()
+        let refusedUpgrades = RefusedUpgrades()
+        let router = makeRouter(routes: routes)
 
         let webSocketRouter = Router(context: BeaconRequestContext.self)
         webSocketRouter.add(

@@ -74,6 +74,11 @@ final class RouteTable: Sendable {
         routes.withLock { $0.append((method, path.split(separator: "/"))) }
     }
 
+    /// Every route recorded, in order.
+    var all: [(method: HTTPRequest.Method, path: String)] {
+        routes.withLock { $0.map { ($0.method, "/" + $0.segments.joined(separator: "/")) } }
+    }
+
     /// The methods registered for a path matching `path`.
     func methods(allowedOn path: String) -> Set<HTTPRequest.Method> {
         let segments = path.split(separator: "/")

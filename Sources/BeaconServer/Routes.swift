@@ -356,8 +356,7 @@ struct Routes {
 
     /// The same fields as the JSON form, with `file` as a file part (raw `.p12` or `.p8` bytes).
     private func multipartUpload(_ request: Request, contentType: String) async throws -> PushConfigUpload {
-        var request = request
-        let buffer = try await request.collectBody(upTo: API.maxBodyBytes)
+        let buffer = try await api.collectBody(of: request)
         guard let form = MultipartForm(contentType: contentType, body: Array(buffer.readableBytesView)) else {
             throw BeaconError(.jsonParse, "malformed multipart/form-data body")
         }

@@ -18,7 +18,7 @@ struct BeaconCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
-        subcommands: [Serve.self, AppCommand.self, Migrate.self, APNsSim.self])
+        subcommands: [Serve.self, AppCommand.self, Migrate.self, APNsSim.self, RoutesCommand.self])
 }
 
 /// Options every subcommand that touches the data directory shares.
@@ -339,5 +339,20 @@ struct Migrate: AsyncParsableCommand {
             case .postgres: print("PostgreSQL schema up to date")
             }
         }
+    }
+}
+
+struct RoutesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "routes", abstract: "Print every HTTP route the server answers, one `METHOD /path` line each, and exit.")
+
+    func run() async throws {
+        // A server on a throwaway store: only its router is built, nothing listens.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-routes-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var logger = Logger(label: "beacon")
+        logger.logLevel = .error
+        let server = try await BeaconServer(store: try SQLiteStore(directory: directory.path), configuration: BeaconConfiguration(), logger: logger)
+        for route in server.routeDescriptions() { print(route) }
     }
 }
