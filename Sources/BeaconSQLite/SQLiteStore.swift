@@ -233,6 +233,25 @@ public final class SQLiteStore: BeaconStore {
         return migrator
     }
 
+    // MARK: Backup
+
+    /// Writes a consistent, compacted copy of the database to `path` (`VACUUM INTO`) while the server keeps running:
+    /// it reads one snapshot on a reader connection, so writers never wait for it. Fails if `path` exists.
+    public func backup(to path: String) async throws {
+        // Created empty first, exclusively and private (0600): the copy holds password hashes and sealed credentials.
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        guard descriptor >= 0 else {
+            throw BeaconError(.illegalArgument, "cannot create \(path) (a backup never overwrites a file): \(String(cString: strerror(errno)))")
+        }
+        close(descriptor)
+        do {
+            try await pool.unsafeRead { db in try db.execute(sql: "VACUUM INTO ?", arguments: [path]) }
+        } catch {
+            try? FileManager.default.removeItem(atPath: path)
+            throw error
+        }
+    }
+
     // MARK: Settings
 
     public func setting(_ name: String, orInsert makeValue: @Sendable () -> String) async throws -> String {

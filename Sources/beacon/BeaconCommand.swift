@@ -18,7 +18,7 @@ struct BeaconCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
-        subcommands: [Serve.self, AppCommand.self, Migrate.self, APNsSim.self, RoutesCommand.self])
+        subcommands: [Serve.self, AppCommand.self, Migrate.self, Backup.self, APNsSim.self, RoutesCommand.self])
 }
 
 /// Options every subcommand that touches the data directory shares.
@@ -354,5 +354,29 @@ struct RoutesCommand: AsyncParsableCommand {
         logger.logLevel = .error
         let server = try await BeaconServer(store: try SQLiteStore(directory: directory.path), configuration: BeaconConfiguration(), logger: logger)
         for route in server.routeDescriptions() { print(route) }
+    }
+}
+
+struct Backup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy the embedded SQLite database to FILE while the server runs (VACUUM INTO: one consistent snapshot, compacted).",
+        discussion: "With PostgreSQL, back up with pg_dump or your provider's snapshots instead (docs/deploy.md).")
+
+    @Argument(help: "The file to write; it must not exist.")
+    var file: String
+
+    @OptionGroup var data: DataOptions
+
+    func run() async throws {
+        let config = try await data.reader(flags: [:])
+        let logger = try makeLogger(config, fallbackLevel: .warning)
+        guard case .sqlite = try ConfiguredDatabase(config.string(forKey: "database", isSecret: true)) else {
+            throw ValidationError("beacon backup copies the embedded SQLite database; back PostgreSQL up with pg_dump (docs/deploy.md)")
+        }
+        try await withConfiguredStore(config, logger: logger) { store, _ in
+            guard let sqlite = store as? SQLiteStore else { throw ValidationError("the configured store is not SQLite") }
+            try await sqlite.backup(to: file)
+            print("backed up to \(file)")
+        }
     }
 }
