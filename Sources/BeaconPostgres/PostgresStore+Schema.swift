@@ -252,7 +252,7 @@ extension PostgresStore {
                 // The outbox is filled by a trigger, so that every path that decides a push job records its event in the
                 // same transaction, and none can forget to.
                 """
-                CREATE FUNCTION push_job_webhook_event() RETURNS trigger LANGUAGE plpgsql AS $$
+                CREATE FUNCTION push_job_webhook_event() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
                 BEGIN
                     IF NEW.status <> 'pending' AND (TG_OP = 'INSERT' OR OLD.status <> NEW.status) THEN
                         INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, message_id, push_type, outcome,

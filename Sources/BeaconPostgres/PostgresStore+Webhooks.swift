@@ -59,7 +59,7 @@ extension PostgresStore {
             guard
                 let row = try await connection.query(
                     """
-                    UPDATE webhooks SET claimed_until = \(now + lease), claim_token = claim_token + 1
+                    UPDATE webhooks SET claimed_until = \(now + lease), claim_token = \(Int64.random(in: 1...Int64.max))
                     WHERE app_id = (
                         SELECT w.app_id FROM webhooks w WHERE w.enabled AND w.next_attempt_at <= \(now) AND w.claimed_until <= \(now)
                             AND EXISTS (SELECT 1 FROM webhook_events e WHERE e.app_id = w.app_id)
@@ -104,7 +104,7 @@ extension PostgresStore {
         return try await transaction { connection in
             let finished = try await connection.query(
                 """
-                UPDATE webhooks SET failures = 0, last_error = NULL, next_attempt_at = 0, claimed_until = 0
+                UPDATE webhooks SET failures = 0, last_error = NULL, next_attempt_at = \(now), claimed_until = 0
                 WHERE app_id = \(batch.app) AND claim_token = \(batch.claimToken) RETURNING 1
                 """, logger: logger
             ).collect().count
@@ -116,7 +116,7 @@ extension PostgresStore {
     }
 
     public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
-        guard let row = try await rows("SELECT COUNT(*) AS pending, MIN(at) AS oldest FROM webhook_events").first else { return (0, nil) }
+        guard let row = try await rows("SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled").first else { return (0, nil) }
         return (Int(try row["pending"].decode(Int64.self)), try row["oldest"].decode(Int64?.self))
     }
 

@@ -55,8 +55,9 @@ extension SQLiteStore {
             guard
                 let row = try Row.fetchOne(
                     db,
-                    sql: "UPDATE webhooks SET claimed_until = ?, claim_token = claim_token + 1 WHERE app_id = (\(dueSQL)) RETURNING *",
-                    arguments: [now + lease, now, now])
+                    sql: "UPDATE webhooks SET claimed_until = ?, claim_token = ? WHERE app_id = (\(dueSQL)) RETURNING *",
+                    // Random: a webhook removed and set again starts no count a batch of the old one could match.
+                    arguments: [now + lease, Int64.random(in: 1...Int64.max), now, now])
             else { return nil }
             let app: Int64 = row["app_id"]
             let events = try Row.fetchAll(
@@ -91,10 +92,11 @@ extension SQLiteStore {
             }
             try db.execute(
                 sql: """
-                    UPDATE webhooks SET failures = 0, last_error = NULL, next_attempt_at = 0, claimed_until = 0
+                    UPDATE webhooks SET failures = 0, last_error = NULL, next_attempt_at = ?, claimed_until = 0
                     WHERE app_id = ? AND claim_token = ?
                     """,
-                arguments: [batch.app, batch.claimToken])
+                // Due again now, behind apps due earlier: the least recently served app goes first.
+                arguments: [now, batch.app, batch.claimToken])
             guard db.changesCount > 0 else { return false }
             for chunk in Self.chunks(batch.events.map(\.id)) {
                 try db.execute(
@@ -107,7 +109,7 @@ extension SQLiteStore {
 
     public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
         try await pool.read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS pending, MIN(at) AS oldest FROM webhook_events")
+            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
             return (row?["pending"] ?? 0, row?["oldest"])
         }
     }

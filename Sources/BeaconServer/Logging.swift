@@ -57,7 +57,8 @@ public struct JSONLogHandler: LogHandler {
 
     /// Writes a line to standard output, one line at a time.
     public static let standardOutput: @Sendable (String) -> Void = { line in
-        output.withLock { _ in FileHandle.standardOutput.write(Data(line.utf8)) }
+        // A failed write (a closed pipe, a full disk) loses the line; it must not stop the server.
+        output.withLock { _ in try? FileHandle.standardOutput.write(contentsOf: Data(line.utf8)) }
     }
 }
 

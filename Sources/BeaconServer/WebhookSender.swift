@@ -26,6 +26,8 @@ final class WebhookSender: Service, Sendable {
     static let lease: Int64 = 60_000
     /// A receiver that has not answered in this long has failed the delivery.
     static let requestTimeout: TimeAmount = .seconds(10)
+    /// A delivery not over after this long has failed, however the receiver trickles.
+    static let deliveryDeadline: Duration = .seconds(15)
     /// How often the outbox is looked at when nothing was due.
     static let pollInterval: Duration = .seconds(1)
 
@@ -76,7 +78,10 @@ final class WebhookSender: Service, Sendable {
         let failure: String?
         let start = ContinuousClock.now
         do {
-            failure = try await post(batch, client: client)
+            // One deadline for the whole exchange: AsyncHTTPClient's covers the answer's head, not a body dribbled out.
+            failure = try await withTimeout(Self.deliveryDeadline) { try await self.post(batch, client: client) }
+        } catch is TimedOut {
+            failure = "no answer within \(Self.deliveryDeadline)"
         } catch {
             failure = "\(error)"
         }

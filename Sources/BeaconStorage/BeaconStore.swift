@@ -179,7 +179,7 @@ public protocol BeaconStore: Sendable {
     /// lapsed and another took the app's events (nothing is changed).
     @discardableResult
     func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool
-    /// Events waiting in every app's outbox, and when the oldest was recorded (ms).
+    /// Events waiting for every enabled webhook, and when the oldest was recorded (ms).
     func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?)
 
     // MARK: Retention

@@ -123,7 +123,11 @@ final class WebhookReceiver: Sendable {
 
                 // The receiver is down for two deliveries: the webhook backs off and keeps the events.
                 try await receiver.requests.wait { $0.count >= 1 }
-                let failing = try await beacon.rest("GET", "/push/webhook").json["data"]
+                var failing = try await beacon.rest("GET", "/push/webhook").json["data"]
+                for _ in 0..<200 where failing?["last_error"] == nil {  // recorded just after the receiver answered
+                    try await Task.sleep(for: .milliseconds(10))
+                    failing = try await beacon.rest("GET", "/push/webhook").json["data"]
+                }
                 #expect((failing?["consecutive_failures"]?.intValue ?? 0) >= 1)
                 #expect(failing?["last_error"] == "HTTP 503")
 
