@@ -13,9 +13,10 @@ extension SQLiteStore {
             guard let user = try Row.fetchOne(
                 db, sql: "SELECT badge, badge_seq, read_version FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
             else { throw BeaconError(.userNotFound, "user \(username) does not exist") }
-            var reported: Int = user["badge"]
-            let reportedThrough: Int64 = user["badge_seq"]
-            var version: Int64 = user["read_version"]
+            // Decoded with errors, not GRDB's trapping subscripts: a damaged stored row fails the request, not the server.
+            var reported: Int = try user.decode(forColumn: "badge")
+            let reportedThrough: Int64 = try user.decode(forColumn: "badge_seq")
+            var version: Int64 = try user.decode(forColumn: "read_version")
             let targets: [String] =
                 if let conversation { [conversation.description] } else {
                     try String.fetchAll(
@@ -42,7 +43,7 @@ extension SQLiteStore {
                         ORDER BY message_id = ? DESC, seq DESC LIMIT 1
                         """,
                     arguments: [app, username, target, upToID ?? Int64.max, upToID ?? Int64.max])
-                guard let newest, let seq = newest["seq"] as Int64?, seq > previous else { continue }
+                guard let newest, let seq = try newest.decode(Int64?.self, forColumn: "seq"), seq > previous else { continue }
                 if reportedThrough > previous {
                     // What the client's reported total counted and is now read no longer counts.
                     let nowRead = try Int.fetchOne(
@@ -74,12 +75,12 @@ extension SQLiteStore {
                         """,
                     arguments: [app, username, target, previous, seq])
                 {
-                    pushed.insert(SkippedDevice(deviceID: row["device_id"], notifier: row["notifier"]))
+                    pushed.insert(SkippedDevice(deviceID: try row.decode(forColumn: "device_id"), notifier: try row.decode(forColumn: "notifier")))
                 }
                 // A stored version at the top of the range (a damaged row) is refused rather than wrapped or trapped on.
                 guard version < Int64.max else { throw BeaconError(.internalError, "read-state version of \(username) is exhausted") }
                 version += 1
-                let messageID: Int64 = newest["message_id"]
+                let messageID: Int64 = try newest.decode(forColumn: "message_id")
                 try db.execute(
                     sql: """
                         INSERT INTO conversation_reads (app_id, username, conversation, read_seq, up_to, version, updated_at)
@@ -135,12 +136,13 @@ extension SQLiteStore {
             let last = try db.cachedStatement(
                 sql: "SELECT i.message_id, m.timestamp FROM inbox i JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id WHERE i.app_id = ? AND i.username = ? AND i.seq = ?")
             return try rows.compactMap { row in
-                guard let conversation = ConversationID(row["conversation"]),
-                    let newest = try Row.fetchOne(last, arguments: [app, username, row["last_seq"] as Int64])
+                guard let conversation = ConversationID(try row.decode(String.self, forColumn: "conversation")),
+                    let newest = try Row.fetchOne(last, arguments: [app, username, try row.decode(Int64.self, forColumn: "last_seq")])
                 else { return nil }
                 return ConversationSummary(
-                    conversation: conversation, unread: row["unread"], muted: row["muted"], read: Self.readMarker(from: row),
-                    lastMessageID: UInt64(bitPattern: newest["message_id"]), lastTimestamp: newest["timestamp"])
+                    conversation: conversation, unread: try row.decode(forColumn: "unread"), muted: try row.decode(forColumn: "muted"),
+                    read: try Self.readMarker(from: row), lastMessageID: UInt64(bitPattern: try newest.decode(Int64.self, forColumn: "message_id")),
+                    lastTimestamp: try newest.decode(forColumn: "timestamp"))
             }
         }
     }
@@ -176,9 +178,10 @@ extension SQLiteStore {
         return try Int.fetchOne(statement, arguments: [app, username]) ?? 0
     }
 
-    private static func readMarker(from row: Row) -> ReadMarker? {
-        guard let seq = row["read_seq"] as Int64?, let upTo = row["up_to"] as Int64?, let version = row["version"] as Int64?,
-            let conversation = ConversationID(row["conversation"])
+    private static func readMarker(from row: Row) throws -> ReadMarker? {
+        guard let seq = try row.decode(Int64?.self, forColumn: "read_seq"), let upTo = try row.decode(Int64?.self, forColumn: "up_to"),
+            let version = try row.decode(Int64?.self, forColumn: "version"),
+            let conversation = ConversationID(try row.decode(String.self, forColumn: "conversation"))
         else { return nil }
         return ReadMarker(conversation: conversation, seq: seq, upTo: UInt64(bitPattern: upTo), version: version)
     }

@@ -35,12 +35,16 @@ extension SQLiteStore {
         guard let row = try Row.fetchOne(db, sql: "SELECT * FROM webhooks WHERE app_id = ?", arguments: [app]) else { return nil }
         let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM webhook_events WHERE app_id = ?", arguments: [app]) ?? 0
         return WebhookState(
-            config: webhookConfig(from: row), pendingEvents: pending, consecutiveFailures: row["failures"],
-            nextAttemptAt: row["next_attempt_at"], lastError: row["last_error"], droppedEvents: row["dropped_events"])
+            config: try webhookConfig(from: row), pendingEvents: pending, consecutiveFailures: try row.decode(forColumn: "failures"),
+            nextAttemptAt: try row.decode(forColumn: "next_attempt_at"), lastError: try row.decode(forColumn: "last_error"),
+            droppedEvents: try row.decode(forColumn: "dropped_events"))
     }
 
-    private static func webhookConfig(from row: Row) -> WebhookConfig {
-        WebhookConfig(url: row["url"], sealedSecret: [UInt8](row["sealed_secret"] as Data), enabled: row["enabled"])
+    // Rows are decoded with errors, not GRDB's trapping subscripts: a damaged stored row fails its delivery, not the server.
+    private static func webhookConfig(from row: Row) throws -> WebhookConfig {
+        WebhookConfig(
+            url: try row.decode(forColumn: "url"), sealedSecret: [UInt8](try row.decode(Data.self, forColumn: "sealed_secret")),
+            enabled: try row.decode(forColumn: "enabled"))
     }
 
     public func claimWebhookBatch(now: Int64, lease: Int64, limit: Int) async throws -> WebhookBatch? {
@@ -59,23 +63,25 @@ extension SQLiteStore {
                     // Random: a webhook removed and set again starts no count a batch of the old one could match.
                     arguments: [now + lease, Int64.random(in: 1...Int64.max), now, now])
             else { return nil }
-            let app: Int64 = row["app_id"]
+            let app: Int64 = try row.decode(forColumn: "app_id")
             let events = try Row.fetchAll(
                 db, sql: "SELECT * FROM webhook_events WHERE app_id = ? ORDER BY id LIMIT ?", arguments: [app, max(limit, 1)]
             ).map(Self.webhookEvent(from:))
             return WebhookBatch(
-                app: app, config: Self.webhookConfig(from: row), events: events, consecutiveFailures: row["failures"],
-                claimToken: row["claim_token"])
+                app: app, config: try Self.webhookConfig(from: row), events: events,
+                consecutiveFailures: try row.decode(forColumn: "failures"), claimToken: try row.decode(forColumn: "claim_token"))
         }
     }
 
-    private static func webhookEvent(from row: Row) -> WebhookEvent {
+    private static func webhookEvent(from row: Row) throws -> WebhookEvent {
         WebhookEvent(
-            id: row["id"], kind: WebhookEvent.Kind(rawValue: row["kind"]) ?? .push, at: row["at"], username: row["username"],
-            deviceID: row["device_id"], notifier: row["notifier"],
-            messageID: (row["message_id"] as Int64?).map { UInt64(bitPattern: $0) }, pushType: row["push_type"],
-            outcome: row["outcome"], reason: row["reason"], apnsStatus: row["apns_status"], apnsID: row["apns_id"],
-            attempts: row["attempts"])
+            id: try row.decode(forColumn: "id"), kind: WebhookEvent.Kind(rawValue: try row.decode(forColumn: "kind")) ?? .push,
+            at: try row.decode(forColumn: "at"), username: try row.decode(forColumn: "username"),
+            deviceID: try row.decode(forColumn: "device_id"), notifier: try row.decode(forColumn: "notifier"),
+            messageID: try row.decode(Int64?.self, forColumn: "message_id").map { UInt64(bitPattern: $0) },
+            pushType: try row.decode(forColumn: "push_type"), outcome: try row.decode(forColumn: "outcome"),
+            reason: try row.decode(forColumn: "reason"), apnsStatus: try row.decode(forColumn: "apns_status"),
+            apnsID: try row.decode(forColumn: "apns_id"), attempts: try row.decode(forColumn: "attempts"))
     }
 
     @discardableResult
@@ -110,7 +116,7 @@ extension SQLiteStore {
     public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
         try await pool.read { db in
             let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
-            return (row?["pending"] ?? 0, row?["oldest"])
+            return (try row?.decode(Int.self, forColumn: "pending") ?? 0, try row?.decode(Int64?.self, forColumn: "oldest") ?? nil)
         }
     }
 

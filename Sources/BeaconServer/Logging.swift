@@ -1,5 +1,6 @@
 import BeaconCore
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import Synchronization
@@ -69,11 +70,14 @@ struct RequestLogMiddleware: RouterMiddleware {
     typealias Context = BeaconRequestContext
     let logger: Logger
 
+    /// From a literal valid token: the initializer cannot fail, and no input reaches it.
+    private static let requestIDHeader = HTTPField.Name("X-Request-Id")!
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
         var response = try await next(request, context)
         let elapsed = start.duration(to: .now)
-        response.headers[.init("X-Request-Id")!] = context.id
+        response.headers[Self.requestIDHeader] = context.id
         logger.info(
             "request",
             metadata: [
