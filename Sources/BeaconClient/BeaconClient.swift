@@ -178,7 +178,7 @@ public actor BeaconClient {
     public func registerForRemoteNotifications(deviceToken: Data) async throws {
         guard let username else { throw BeaconClientError.notLoggedIn }
         guard let notifier = options.apnsCertName else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
-        let hex = deviceToken.map { String(format: "%02x", $0) }.joined()
+        let hex = deviceToken.lowercaseHex
         let _: JSONValue = try await request(
             "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: hex, notifierName: notifier))
     }

@@ -55,7 +55,7 @@ enum Credentials {
 
     /// Hex SHA-256: client secrets are 256-bit random values, so a plain digest is enough.
     static func hashSecret(_ secret: String) -> String {
-        SHA256.hash(data: Array(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: Array(secret.utf8)).lowercaseHex
     }
 
     /// A random URL-safe string with `bytes` bytes of entropy.

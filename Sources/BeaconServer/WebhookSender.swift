@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import BeaconCore
 import BeaconStorage
 import Crypto
 import Foundation
@@ -125,7 +126,7 @@ final class WebhookSender: Service, Sendable {
         var mac = HMAC<SHA256>(key: SymmetricKey(data: secret))
         mac.update(data: Array("\(timestamp).".utf8))
         mac.update(data: body)
-        return "sha256=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
+        return "sha256=" + mac.finalize().lowercaseHex
     }
 
     /// Milliseconds before the next delivery after `failures` earlier failures (this one not counted): 1 s doubling to

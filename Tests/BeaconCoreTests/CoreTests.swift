@@ -141,3 +141,11 @@ import Testing
         #expect(written == expected)
     }
 }
+
+@Suite struct HexTests {
+    @Test func bytesAreTwoLowercaseDigitsEach() {
+        #expect([UInt8]().lowercaseHex == "")
+        #expect([0x00, 0x0f, 0xa0, 0xff, 0x12].lowercaseHex == "000fa0ff12")
+        #expect(Array(UInt8.min...UInt8.max).lowercaseHex == (0...255).map { String(format: "%02x", $0) }.joined())
+    }
+}
