@@ -147,8 +147,10 @@ extension PostgresStore {
     }
 
     public func badge(of username: String, app: Int64) async throws -> Int {
-        try await client.withConnection { connection in
-            try await Self.badges(of: [username], app: app, connection: connection, logger: logger)[username] ?? 0
+        try await transactionTimings.time(.read) {
+            try await client.withConnection { connection in
+                try await Self.badges(of: [username], app: app, connection: connection, logger: logger)[username] ?? 0
+            }
         }
     }
 

@@ -3,7 +3,6 @@ import BeaconStorage
 import Foundation
 import Logging
 import PostgresNIO
-import Synchronization
 
 /// The PostgreSQL store, through postgres-nio's pool: several `beacon serve` nodes share one database (`ClusterStore`).
 ///
@@ -20,10 +19,7 @@ public final class PostgresStore: BeaconStore {
     let logger: Logger
     /// The schema Beacon's tables live in, when not the database's default (`?schema=` in the URL).
     let schema: String?
-    private let roundTrips = Atomic<Int>(0)
-
-    /// Transactions and single statements run so far (each is one transaction on the server): for benchmarks.
-    public var transactionsRun: Int { roundTrips.load(ordering: .relaxed) }
+    public let transactionTimings = TransactionTimings()
 
     /// A store on `client` (which the caller runs), its tables in `schema` (which the client's connections must have as
     /// their `search_path`) or the default one. Call `migrate()` before use.
@@ -101,19 +97,20 @@ public final class PostgresStore: BeaconStore {
     /// failure: both mean "try again", and nothing of the failed attempt was kept. An error `body` throws is rethrown as
     /// it was (after the rollback).
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        roundTrips.add(1, ordering: .relaxed)
-        var attempt = 0
-        while true {
-            attempt += 1
-            do {
-                return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
-            } catch let error as PostgresTransactionError {
-                if attempt < 5, Self.isRetryable(error.closureError ?? error.commitError) {
-                    logger.debug("transaction retried", metadata: ["error": "\(String(reflecting: error))"])
-                    continue
+        try await transactionTimings.time(.write) {
+            var attempt = 0
+            while true {
+                attempt += 1
+                do {
+                    return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+                } catch let error as PostgresTransactionError {
+                    if attempt < 5, Self.isRetryable(error.closureError ?? error.commitError) {
+                        logger.debug("transaction retried", metadata: ["error": "\(String(reflecting: error))"])
+                        continue
+                    }
+                    if let closureError = error.closureError, error.rollbackError == nil { throw closureError }
+                    throw error
                 }
-                if let closureError = error.closureError, error.rollbackError == nil { throw closureError }
-                throw error
             }
         }
     }
@@ -125,15 +122,15 @@ public final class PostgresStore: BeaconStore {
 
     /// Rows of a query on the pool (a read, or a single statement that commits on its own).
     func rows(_ query: PostgresQuery) async throws -> [PostgresRandomAccessRow] {
-        roundTrips.add(1, ordering: .relaxed)
-        return try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
+        try await transactionTimings.time(.statement) {
+            try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
+        }
     }
 
     /// Runs a statement on the pool; the number of rows it returned (use `RETURNING 1` to count the rows changed).
     @discardableResult
     func execute(_ query: PostgresQuery) async throws -> Int {
-        roundTrips.add(1, ordering: .relaxed)
-        return try await client.query(query, logger: logger).collect().count
+        try await transactionTimings.time(.statement) { try await client.query(query, logger: logger).collect().count }
     }
 
     /// Maps a unique violation to `duplicate`.

@@ -9,7 +9,7 @@ extension SQLiteStore {
         // Encoding happens before the write transaction: the writer is held for inserts only.
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
-        return try await pool.write { db in
+        return try await write { db in
             if let receipt {
                 if let earlier = try String.fetchOne(
                     db, sql: "SELECT message_ids FROM send_receipts WHERE app_id = ? AND scope = ? AND reference = ?",
@@ -58,7 +58,7 @@ extension SQLiteStore {
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {
-        try await pool.read { db in
+        try await read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
@@ -74,7 +74,7 @@ extension SQLiteStore {
     }
 
     public func cursor(of username: String, device: String, app: Int64) async throws -> Int64 {
-        try await pool.read { db in
+        try await read { db in
             try Int64.fetchOne(
                 db, sql: "SELECT acked_seq FROM device_cursors WHERE app_id = ? AND username = ? AND device_id = ?",
                 arguments: [app, username, device]) ?? 0
@@ -83,7 +83,7 @@ extension SQLiteStore {
 
     public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
         guard !cursors.isEmpty else { return }
-        try await pool.write { db in
+        try await write { db in
             let top = try db.cachedStatement(sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?")
             let upsert = try db.cachedStatement(
                 sql: """
@@ -99,7 +99,7 @@ extension SQLiteStore {
     }
 
     public func offlineCount(of username: String, app: Int64) async throws -> Int {
-        try await pool.read { db in
+        try await read { db in
             try Int.fetchOne(
                 db,
                 sql: """
@@ -112,7 +112,7 @@ extension SQLiteStore {
 
     public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
         guard let id = messageID.storedID else { return nil }
-        return try await pool.read { db in
+        return try await read { db in
             guard let seq = try Int64.fetchOne(
                 db, sql: "SELECT seq FROM inbox WHERE app_id = ? AND message_id = ? AND username = ?",
                 arguments: [app, id, username])
@@ -131,10 +131,10 @@ extension SQLiteStore {
     public func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int {
         let cutoff = now - app.limits.maxAgeSeconds * 1000
         // What to delete is found by reads (which never block writers), then deleted in small write transactions.
-        let tooOld = try await pool.read { db in
+        let tooOld = try await read { db in
             try Int64.fetchAll(db, sql: "SELECT rowid FROM inbox WHERE app_id = ? AND created_at < ?", arguments: [app.id, cutoff])
         }
-        let overLimit = try await pool.read { db in
+        let overLimit = try await read { db in
             try Int64.fetchAll(
                 db,
                 sql: """
@@ -148,12 +148,12 @@ extension SQLiteStore {
         }
         var removed = 0
         for batch in Self.chunks(Array(Set(tooOld + overLimit)), of: Self.retentionBatch) {
-            removed += try await pool.write { db in
+            removed += try await write { db in
                 try db.execute(sql: "DELETE FROM inbox WHERE rowid IN (\(Self.marks(batch.count)))", arguments: StatementArguments(Array(batch)))
                 return db.changesCount
             }
         }
-        let unreferenced = try await pool.read { db in
+        let unreferenced = try await read { db in
             try Int64.fetchAll(
                 db,
                 sql: """
@@ -164,7 +164,7 @@ extension SQLiteStore {
                 arguments: [app.id])
         }
         for batch in Self.chunks(unreferenced, of: Self.retentionBatch) {
-            try await pool.write { db in
+            try await write { db in
                 try db.execute(
                     sql: "DELETE FROM messages WHERE app_id = ? AND id IN (\(Self.marks(batch.count)))",
                     arguments: StatementArguments([app.id] + Array(batch)))
@@ -190,10 +190,10 @@ extension SQLiteStore {
     /// Deletes what `select` (app, cutoff, limit) finds, one small write transaction per batch, until nothing is left.
     private func deleteInBatches(select: String, delete: (String) -> String, app: Int64, cutoff: Int64) async throws {
         while true {
-            let ids = try await pool.read { db in try Int64.fetchAll(db, sql: select, arguments: [app, cutoff, Self.retentionBatch]) }
+            let ids = try await read { db in try Int64.fetchAll(db, sql: select, arguments: [app, cutoff, Self.retentionBatch]) }
             guard !ids.isEmpty else { return }
             let statement = delete(ids.map(String.init).joined(separator: ","))
-            try await pool.write { db in try db.execute(sql: statement) }
+            try await write { db in try db.execute(sql: statement) }
             if ids.count < Self.retentionBatch { return }
         }
     }

@@ -11,7 +11,7 @@ extension SQLiteStore {
     // MARK: Routing
 
     public func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute] {
-        let (routes, orphans) = try await pool.read { db -> ([PendingRoute], [(Int64, Int64)]) in
+        let (routes, orphans) = try await read { db -> ([PendingRoute], [(Int64, Int64)]) in
             var routes: [PendingRoute] = []
             var orphans: [(Int64, Int64)] = []
             let recipients = try db.cachedStatement(sql: "SELECT username FROM inbox WHERE app_id = ? AND message_id = ? AND username != ?")
@@ -37,7 +37,7 @@ extension SQLiteStore {
         }
         if !orphans.isEmpty {
             // Their message is gone (retention): nothing is left to push.
-            try await pool.write { db in
+            try await write { db in
                 for (app, message) in orphans {
                     try db.execute(sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ?", arguments: [app, message])
                 }
@@ -49,7 +49,7 @@ extension SQLiteStore {
     public func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool {
         guard let messageID = route.messageID.storedID else { return false }
         do {
-            try await pool.write { db in
+            try await write { db in
                 switch route.replacing {
                 case .pendingRoute:
                     try db.execute(sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ?", arguments: [app, messageID])
@@ -99,7 +99,7 @@ extension SQLiteStore {
     }
 
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {
-        try await pool.read { db in
+        try await read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
@@ -130,7 +130,7 @@ extension SQLiteStore {
     }
 
     public func usersWithUnacknowledgedOnlineSkips(limit: Int) async throws -> [(app: Int64, username: String)] {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -153,7 +153,7 @@ extension SQLiteStore {
     // MARK: Jobs
 
     public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {
-        try await pool.read { db in
+        try await read { db in
             try Bool.fetchOne(
                 db,
                 sql: """
@@ -165,7 +165,7 @@ extension SQLiteStore {
     }
 
     public func pushQueueStats(now: Int64) async throws -> (pending: Int, oldestDue: Int64?) {
-        try await pool.read { db in
+        try await read { db in
             let row = try Row.fetchOne(
                 db,
                 sql: """
@@ -179,7 +179,7 @@ extension SQLiteStore {
 
     public func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob] {
         let token = Int64.random(in: 1...Int64.max)
-        return try await pool.write { db in
+        return try await write { db in
             // A job goes to the token its device is bound to now, or nowhere: never to whoever holds the token since.
             try db.execute(
                 sql: """
@@ -206,7 +206,7 @@ extension SQLiteStore {
     @discardableResult
     public func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int {
         guard !outcomes.isEmpty else { return 0 }
-        return try await pool.write { db in
+        return try await write { db in
             let update = try db.cachedStatement(
                 sql: """
                     UPDATE push_jobs SET status = ?, last_status = ?, last_reason = ?, updated_at = ?,
@@ -228,7 +228,7 @@ extension SQLiteStore {
     }
 
     public func releasePushClaims() async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(sql: "UPDATE push_jobs SET claimed_until = 0 WHERE status = 'pending' AND claimed_until > 0")
         }
     }
@@ -236,7 +236,7 @@ extension SQLiteStore {
     public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
         let storedID = messageID?.storedID
         if messageID != nil, storedID == nil { return [] }  // no message has such an id
-        return try await pool.read { db in
+        return try await read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
@@ -258,7 +258,7 @@ extension SQLiteStore {
     }
 
     public func nextPushJobDue() async throws -> Int64? {
-        try await pool.read { db in
+        try await read { db in
             try Int64.fetchOne(db, sql: "SELECT MIN(MAX(next_attempt_at, claimed_until)) FROM push_jobs WHERE status = 'pending'")
         }
     }

@@ -6,7 +6,7 @@ import GRDB
 /// Push configurations, device bindings, receivers' push settings, templates and the app's push policy.
 extension SQLiteStore {
     public func savePushConfig(_ config: PushConfigRecord) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: """
                     INSERT INTO push_configs (app_id, name, kind, environment, bundle_id, voip, key_id, team_id, sealed_secret, expires_at, created_at)
@@ -23,19 +23,19 @@ extension SQLiteStore {
     }
 
     public func pushConfig(_ name: String, app: Int64) async throws -> PushConfigRecord? {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name]).map(Self.pushConfig(from:))
         }
     }
 
     public func pushConfigs(app: Int64) async throws -> [PushConfigRecord] {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM push_configs WHERE app_id = ? ORDER BY name", arguments: [app]).map(Self.pushConfig(from:))
         }
     }
 
     public func deletePushConfig(_ name: String, app: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(sql: "DELETE FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name])
             return db.changesCount > 0
         }
@@ -49,7 +49,7 @@ extension SQLiteStore {
     }
 
     public func bind(_ binding: PushBinding, app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             // A token belongs to one user's device at a time: whoever held it (as an alert or a VoIP token) loses it.
             for token in [binding.deviceToken] + (binding.voipToken.map { [$0] } ?? []) {
                 try db.execute(
@@ -71,7 +71,7 @@ extension SQLiteStore {
     }
 
     public func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ? AND device_id = ? AND (? IS NULL OR notifier = ?)",
                 arguments: [app, username, deviceID, notifier, notifier])
@@ -79,13 +79,13 @@ extension SQLiteStore {
     }
 
     public func unbindAll(username: String, app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(sql: "DELETE FROM push_bindings WHERE app_id = ? AND username = ?", arguments: [app, username])
         }
     }
 
     public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             // A dead VoIP token takes only itself away; a dead alert token, the binding.
             let unbound: StatementArguments = [notifier, unlessBoundSince, unlessBoundSince]
             try Self.recordBindingsRemoved(
@@ -108,7 +108,7 @@ extension SQLiteStore {
 
     public func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]] {
         guard !usernames.isEmpty else { return [:] }
-        return try await pool.read { db in
+        return try await read { db in
             var found: [String: [PushBinding]] = [:]
             for chunk in Self.chunks(usernames) {
                 for row in try Row.fetchAll(
@@ -133,7 +133,7 @@ extension SQLiteStore {
     // MARK: Push settings
 
     public func savePushSettings(_ settings: PushSettingsRecord, app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             if settings.remindType == nil && settings.quietHours == nil && settings.silentUntil == nil {
                 try db.execute(
                     sql: "DELETE FROM push_settings WHERE app_id = ? AND username = ? AND scope = ?", arguments: [app, settings.username, settings.scope])
@@ -153,7 +153,7 @@ extension SQLiteStore {
         -> (settings: [PushSettingsRecord], profiles: [String: PushProfile])
     {
         guard !usernames.isEmpty, !scopes.isEmpty else { return ([], [:]) }
-        return try await pool.read { db in
+        return try await read { db in
             var settings: [PushSettingsRecord] = []
             var profiles: [String: PushProfile] = [:]
             let scopeMarks = Self.marks(scopes.count)
@@ -187,7 +187,7 @@ extension SQLiteStore {
     }
 
     public func setPushPreferences(of username: String, app: Int64, language: String??, template: String??) async throws {
-        try await pool.write { db in
+        try await write { db in
             if let language {
                 try db.execute(sql: "UPDATE users SET push_language = ? WHERE app_id = ? AND username = ?", arguments: [language, app, username])
             }
@@ -198,7 +198,7 @@ extension SQLiteStore {
     }
 
     public func saveTemplate(_ template: PushTemplateRecord, app: Int64, replace: Bool) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             if replace {
                 try db.execute(
                     sql: "UPDATE push_templates SET title_pattern = ?, content_pattern = ?, updated_at = ? WHERE app_id = ? AND name = ?",
@@ -215,7 +215,7 @@ extension SQLiteStore {
     }
 
     public func templates(app: Int64) async throws -> [PushTemplateRecord] {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM push_templates WHERE app_id = ? ORDER BY name", arguments: [app]).map { row in
                 PushTemplateRecord(
                     name: row["name"], titlePattern: row["title_pattern"], contentPattern: row["content_pattern"], createdAt: row["created_at"],
@@ -225,14 +225,14 @@ extension SQLiteStore {
     }
 
     public func deleteTemplate(_ name: String, app: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(sql: "DELETE FROM push_templates WHERE app_id = ? AND name = ?", arguments: [app, name])
             return db.changesCount > 0
         }
     }
 
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
-        try await pool.read { db in
+        try await read { db in
             let row = try Row.fetchOne(
                 db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?", arguments: [app])
             let strings = (row?["display_strings"] as String?).flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
@@ -243,7 +243,7 @@ extension SQLiteStore {
     }
 
     public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ?, badge_counts_muted = ? WHERE id = ?",
                 arguments: [

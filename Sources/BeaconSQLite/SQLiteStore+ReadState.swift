@@ -9,7 +9,7 @@ extension SQLiteStore {
     ) async throws -> ReadUpdate {
         // An id beyond what is stored reads everything so far (no stored id is that large).
         let upToID = upTo.map { $0.storedID ?? Int64.max }
-        return try await pool.write { db in
+        return try await write { db in
             guard let user = try Row.fetchOne(
                 db, sql: "SELECT badge, badge_seq, read_version FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
             else { throw BeaconError(.userNotFound, "user \(username) does not exist") }
@@ -102,7 +102,7 @@ extension SQLiteStore {
     }
 
     public func readMarkers(of username: String, app: Int64, after version: Int64, limit: Int) async throws -> [ReadMarker] {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -117,7 +117,7 @@ extension SQLiteStore {
     }
 
     public func conversations(of username: String, app: Int64, limit: Int) async throws -> [ConversationSummary] {
-        try await pool.read { db in
+        try await read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
@@ -148,11 +148,11 @@ extension SQLiteStore {
     }
 
     public func badge(of username: String, app: Int64) async throws -> Int {
-        try await pool.read { db in try Self.badge(of: username, app: app, db: db) }
+        try await read { db in try Self.badge(of: username, app: app, db: db) }
     }
 
     public func reportBadge(of username: String, app: Int64, value: Int) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "UPDATE users SET badge = ?, badge_seq = inbox_seq WHERE app_id = ? AND username = ?",
                 arguments: [min(max(value, 0), JSONWriter.maxBadge), app, username])
@@ -190,7 +190,7 @@ extension SQLiteStore {
         _ jobs: [NewPushJob], messageID: UInt64, readVersion: Int64, app: Int64, spacing: Int64, now: Int64
     ) async throws {
         guard let messageID = messageID.storedID, !jobs.isEmpty else { return }
-        try await pool.write { db in
+        try await write { db in
             let newer = try db.cachedStatement(
                 sql: """
                     SELECT EXISTS (SELECT 1 FROM push_jobs WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?

@@ -7,7 +7,7 @@ import GRDB
 extension SQLiteStore {
     @discardableResult
     public func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState? {
-        try await pool.write { db in
+        try await write { db in
             let previous = try Self.webhook(app: app, db: db)
             if let config {
                 // A new configuration starts afresh, and fences out a batch claimed under the old one (claim_token).
@@ -28,7 +28,7 @@ extension SQLiteStore {
     }
 
     public func webhook(app: Int64) async throws -> WebhookState? {
-        try await pool.read { db in try Self.webhook(app: app, db: db) }
+        try await read { db in try Self.webhook(app: app, db: db) }
     }
 
     private static func webhook(app: Int64, db: Database) throws -> WebhookState? {
@@ -54,8 +54,8 @@ extension SQLiteStore {
             ORDER BY w.next_attempt_at LIMIT 1
             """
         // Looked for first by a read, which never waits for the writer: most polls find nothing.
-        guard try await pool.read({ db in try Int64.fetchOne(db, sql: dueSQL, arguments: [now, now]) }) != nil else { return nil }
-        return try await pool.write { db in
+        guard try await read({ db in try Int64.fetchOne(db, sql: dueSQL, arguments: [now, now]) }) != nil else { return nil }
+        return try await write { db in
             guard
                 let row = try Row.fetchOne(
                     db,
@@ -86,7 +86,7 @@ extension SQLiteStore {
 
     @discardableResult
     public func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             if let error {
                 try db.execute(
                     sql: """
@@ -114,7 +114,7 @@ extension SQLiteStore {
     }
 
     public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
-        try await pool.read { db in
+        try await read { db in
             let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
             return (try row?.decode(Int.self, forColumn: "pending") ?? 0, try row?.decode(Int64?.self, forColumn: "oldest") ?? nil)
         }
@@ -122,7 +122,7 @@ extension SQLiteStore {
 
     /// Drops the app's oldest events beyond `WebhookOutbox.maxEventsPerApp`, counting them on the webhook.
     func trimWebhookOutbox(app: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             guard
                 let newestDropped = try Int64.fetchOne(
                     db, sql: "SELECT id FROM webhook_events WHERE app_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?",

@@ -18,6 +18,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     let pool: DatabasePool
+    public let transactionTimings = TransactionTimings()
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date. A new file is created
     /// readable by its owner only (0600); SQLite gives its WAL and shared-memory files the same mode.
@@ -31,6 +32,16 @@ public final class SQLiteStore: BeaconStore {
         }
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
+    }
+
+    /// A snapshot read on the pool, timed.
+    func read<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
+        try await transactionTimings.time(.read) { try await pool.read(body) }
+    }
+
+    /// A transaction on the single writer, timed (the wait for the writer included).
+    func write<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
+        try await transactionTimings.time(.write) { try await pool.write(body) }
     }
 
     /// Opens `beacon.sqlite` inside `directory`, creating the directory (0700) if needed.
@@ -255,7 +266,7 @@ public final class SQLiteStore: BeaconStore {
     // MARK: Settings
 
     public func setting(_ name: String, orInsert makeValue: @Sendable () -> String) async throws -> String {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(sql: "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", arguments: [name, makeValue()])
             guard let value = try String.fetchOne(db, sql: "SELECT value FROM settings WHERE name = ?", arguments: [name]) else {
                 throw BeaconError(.internalError, "setting \(name) vanished while it was written")
@@ -267,7 +278,7 @@ public final class SQLiteStore: BeaconStore {
     // MARK: Apps
 
     public func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord {
-        try await pool.write { db in
+        try await write { db in
             try Self.mapConstraint("app \(key) already exists") {
                 try db.execute(
                     sql: """
@@ -282,19 +293,19 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func app(_ key: AppKey) async throws -> AppRecord? {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE org = ? AND name = ?", arguments: [key.org, key.name]).map(Self.app(from:))
         }
     }
 
     public func app(id: Int64) async throws -> AppRecord? {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE id = ?", arguments: [id]).map(Self.app(from:))
         }
     }
 
     public func allApps() async throws -> [AppRecord] {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY id").map(Self.app(from:))
         }
     }
@@ -310,7 +321,7 @@ public final class SQLiteStore: BeaconStore {
     // MARK: Users
 
     public func createUsers(_ users: [NewUser], app: Int64, now: Int64) async throws -> [UserRecord] {
-        try await pool.write { db in
+        try await write { db in
             try users.map { user in
                 let record = UserRecord(
                     appID: app, username: user.username, uuid: UUID().uuidString.lowercased(), passwordHash: user.passwordHash,
@@ -329,7 +340,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func user(_ username: String, app: Int64) async throws -> UserRecord? {
-        try await pool.read { db in try Self.user(username, app: app, db: db) }
+        try await read { db in try Self.user(username, app: app, db: db) }
     }
 
     private static func user(_ username: String, app: Int64, db: Database) throws -> UserRecord? {
@@ -343,7 +354,7 @@ public final class SQLiteStore: BeaconStore {
 
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
         guard !usernames.isEmpty else { return [] }
-        return try await pool.read { db in
+        return try await read { db in
             var found = Set<String>()
             // Chunked to stay under SQLite's host-parameter limit.
             for chunk in Self.chunks(usernames) {
@@ -357,7 +368,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord? {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: """
                     UPDATE users SET nickname = COALESCE(?, nickname), timezone = COALESCE(?, timezone),
@@ -370,7 +381,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "UPDATE users SET tokens_valid_after = MAX(tokens_valid_after, ?) WHERE app_id = ? AND username = ?",
                 arguments: [instant, app, username])
@@ -378,7 +389,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings", "conversation_reads"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
             }
@@ -402,7 +413,7 @@ public final class SQLiteStore: BeaconStore {
     // MARK: Groups
 
     public func createGroup(_ group: GroupRecord, members: [String]) async throws {
-        try await pool.write { db in
+        try await write { db in
             try Self.mapConstraint("group \(group.id) already exists") {
                 try db.execute(
                     sql: """
@@ -420,7 +431,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func group(_ id: String, app: Int64) async throws -> GroupRecord? {
-        try await pool.read { db in
+        try await read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, id]).map { row in
                 GroupRecord(
                     appID: row["app_id"], id: row["id"], name: row["name"], description: row["description"], owner: row["owner"],
@@ -430,14 +441,14 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func groupMembers(_ id: String, app: Int64) async throws -> [String] {
-        try await pool.read { db in
+        try await read { db in
             try String.fetchAll(
                 db, sql: "SELECT username FROM group_members WHERE app_id = ? AND group_id = ? ORDER BY username", arguments: [app, id])
         }
     }
 
     public func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 arguments: [app, group, username, now])
@@ -446,7 +457,7 @@ public final class SQLiteStore: BeaconStore {
     }
 
     public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.execute(
                 sql: "DELETE FROM group_members WHERE app_id = ? AND group_id = ? AND username = ?", arguments: [app, group, username])
             return db.changesCount > 0

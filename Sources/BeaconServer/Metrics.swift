@@ -144,7 +144,25 @@ public final class BeaconMetrics: Sendable {
         }
         var output: [UInt8] = []
         registry.emit(into: &output)
-        return String(decoding: output, as: UTF8.self)
+        return String(decoding: output, as: UTF8.self) + Self.exposition(of: store.transactionTimings.snapshot())
+    }
+
+    /// `beacon_store_transaction_duration_seconds` in the text format: the store keeps the histograms (see
+    /// `TransactionTimings`), so they are written here rather than through the registry.
+    static func exposition(of timings: [TransactionTimings.Kind: TransactionTimings.Histogram]) -> String {
+        let name = "beacon_store_transaction_duration_seconds"
+        var text = "# TYPE \(name) histogram\n"
+        for kind in TransactionTimings.Kind.allCases {
+            guard let histogram = timings[kind] else { continue }
+            var cumulative = 0
+            for (bound, count) in zip(TransactionTimings.bucketBounds.map { "\($0)" } + ["+Inf"], histogram.bucketCounts) {
+                cumulative += count
+                text += "\(name)_bucket{kind=\"\(kind.rawValue)\",le=\"\(bound)\"} \(cumulative)\n"
+            }
+            text += "\(name)_sum{kind=\"\(kind.rawValue)\"} \(histogram.sum)\n"
+            text += "\(name)_count{kind=\"\(kind.rawValue)\"} \(histogram.count)\n"
+        }
+        return text
     }
 }
 

@@ -5,6 +5,9 @@ import BeaconCore
 ///
 /// Times are milliseconds since 1970, supplied by the caller so that tests control the clock.
 public protocol BeaconStore: Sendable {
+    /// How long this store's transactions took so far (`beacon_store_transaction_duration_seconds`).
+    var transactionTimings: TransactionTimings { get }
+
     // MARK: Server-wide settings
 
     /// The value stored under `name`, storing `makeValue()` first if there is none (atomic across processes).

@@ -139,7 +139,7 @@ func withBenchStores(
     }()
     @Sendable func open(_ stores: [PostgresStore]) async throws {
         guard stores.count < nodes else {
-            return try await body(stores, "postgres", { stores.map(\.transactionsRun).reduce(0, +) })
+            return try await body(stores, "postgres", { stores.map(\.transactionTimings.total).reduce(0, +) })
         }
         try await PostgresStore.withStore(url: url, logger: logger) { try await open(stores + [$0]) }
     }

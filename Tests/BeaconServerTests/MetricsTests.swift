@@ -1,5 +1,7 @@
 import APNsSimulator
 import BeaconCore
+@testable import BeaconServer
+import BeaconStorage
 import Foundation
 import Testing
 
@@ -14,6 +16,11 @@ private let phone = String(repeating: "ef", count: 32)
         return Set((body.stringValue ?? "").split(separator: "\n").map(String.init))
     }
 
+    /// The value of the sample named exactly `sample` (with its labels).
+    private static func value(_ sample: String, in lines: Set<String>) -> Double? {
+        lines.first { $0.hasPrefix(sample + " ") }.flatMap { Double($0.dropFirst(sample.count + 1)) }
+    }
+
     @Test func metricsFollowMessagesPushesConnectionsAndRequests() async throws {
         try await withPushBeacon { beacon, simulator in
             try await beacon.createUsers("alice", "bob")
@@ -21,8 +28,12 @@ private let phone = String(repeating: "ef", count: 32)
             _ = try await beacon.bind("bob", token: phone)
             let before = try await Self.metrics(beacon)
             #expect(!before.contains { $0.hasPrefix("beacon_messages_stored_total{") })
+            let writes = #"beacon_store_transaction_duration_seconds_count{kind="write"}"#
+            let writesBefore = try #require(Self.value(writes, in: before))
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "x"]])
+            // Each stored message is at least one write transaction.
+            #expect(try #require(Self.value(writes, in: try await Self.metrics(beacon))) >= writesBefore + 2)
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
             // bob's laptop catches up with the two messages.
             let device = try await beacon.connect("bob", device: "laptop")
@@ -57,6 +68,25 @@ private let phone = String(repeating: "ef", count: 32)
             #expect(after.contains("beacon_websocket_connected_devices 0.0"))
             #expect(after.contains("beacon_websocket_disconnects_total 1"))
         }
+    }
+
+    @Test func storeTransactionHistogramIsCumulativeWithAnInfiniteBucket() {
+        let timings = TransactionTimings()
+        timings.record(.write, .microseconds(100))
+        timings.record(.write, .milliseconds(3))
+        timings.record(.write, .seconds(20))
+        let lines = BeaconMetrics.exposition(of: timings.snapshot()).split(separator: "\n").map(String.init)
+        let name = "beacon_store_transaction_duration_seconds"
+        #expect(lines.first == "# TYPE \(name) histogram")
+        #expect(lines.contains(#"\#(name)_bucket{kind="write",le="0.0005"} 1"#))
+        #expect(lines.contains(#"\#(name)_bucket{kind="write",le="0.0025"} 1"#))
+        #expect(lines.contains(#"\#(name)_bucket{kind="write",le="0.005"} 2"#))
+        #expect(lines.contains(#"\#(name)_bucket{kind="write",le="10.0"} 2"#))
+        #expect(lines.contains(#"\#(name)_bucket{kind="write",le="+Inf"} 3"#))
+        #expect(lines.contains(#"\#(name)_count{kind="write"} 3"#))
+        #expect(lines.contains { $0.hasPrefix(#"\#(name)_sum{kind="write"} 20.003"#) })
+        // Kinds never run are left out.
+        #expect(!lines.contains { $0.contains(#"kind="read""#) })
     }
 
     @Test func readinessNamesEachCheck() async throws {
