@@ -18,33 +18,35 @@ struct BeaconCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
-        subcommands: [Serve.self, AppCommand.self, Migrate.self, Backup.self, APNsSim.self, RoutesCommand.self])
+        subcommands: [
+            Serve.self, AppCommand.self, Migrate.self, Backup.self, APNsSim.self, RoutesCommand.self, ConfigReferenceCommand.self,
+        ])
 }
 
 /// Options every subcommand that touches the data directory shares.
 struct DataOptions: ParsableArguments {
-    @Option(help: "Directory of the embedded SQLite database (env BEACON_DATA_DIR; default ./data).")
+    @Option(help: Settings.dataDir.help)
     var dataDir: String?
 
-    @Option(help: "The database: absent or sqlite:PATH = embedded SQLite (in --data-dir by default); postgres://user:password@host:5432/db = PostgreSQL, which several nodes may share (env BEACON_DATABASE_URL, config key database).")
+    @Option(help: Settings.database.help)
     var database: String?
 
-    @Option(help: "JSON configuration file (env BEACON_CONFIG). Keys: host, port, dataDir, database, secretKey, nodeId, logLevel, logFormat.")
+    @Option(help: ArgumentHelp("\(Settings.configFile.help.abstract) Keys: \(Settings.fileKeys)."))
     var config: String?
 
     /// Flags first, then `BEACON_*` environment variables, then the configuration file.
     func reader(flags: [String: ConfigValue]) async throws -> ConfigReader {
         var values = flags
-        if let dataDir { values["dataDir"] = ConfigValue(.string(dataDir), isSecret: false) }
+        if let dataDir { values[Settings.dataDir.key ?? ""] = ConfigValue(.string(dataDir), isSecret: false) }
         // The environment variable is BEACON_DATABASE_URL (the provider below would only see BEACON_DATABASE).
-        if let url = database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] {
-            values["database"] = ConfigValue(.string(url), isSecret: true)
+        if let url = database ?? Settings.database.environment.flatMap({ ProcessInfo.processInfo.environment[$0] }) {
+            values[Settings.database.key ?? ""] = ConfigValue(.string(url), isSecret: true)
         }
         var providers: [any ConfigProvider] = [
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey(ConfigKey($0.key)), $0.value) })),
             EnvironmentVariablesProvider().prefixKeys(with: "beacon"),
         ]
-        if let file = config ?? ProcessInfo.processInfo.environment["BEACON_CONFIG"] {
+        if let file = config ?? Settings.configFile.environment.flatMap({ ProcessInfo.processInfo.environment[$0] }) {
             let location = InMemoryProvider(values: ["filePath": ConfigValue(.string(file), isSecret: false)])
             providers.append(try await FileProvider<JSONSnapshot>(config: ConfigReader(provider: location)))
         }
@@ -55,11 +57,11 @@ struct DataOptions: ParsableArguments {
 /// The process's logger: `logLevel` (trace … critical; default `info`, or `fallbackLevel`) and `logFormat` (`text`, the
 /// default, or `json`: one JSON object per line).
 func makeLogger(_ config: ConfigReader, fallbackLevel: Logger.Level = .info) throws -> Logger {
-    let levelText = config.string(forKey: "logLevel")
+    let levelText = config.value(Settings.logLevel)
     guard let level = levelText.map({ Logger.Level(rawValue: $0) }) ?? fallbackLevel else {
         throw ValidationError("logLevel must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
     }
-    switch config.string(forKey: "logFormat", default: "text") {
+    switch config.value(Settings.logFormat) {
     case "text": LoggingSystem.bootstrap(StreamLogHandler.standardOutput)
     case "json": LoggingSystem.bootstrap { JSONLogHandler(label: $0) }
     case let other: throw ValidationError("logFormat must be text or json, not \(other)")
@@ -72,41 +74,44 @@ func makeLogger(_ config: ConfigReader, fallbackLevel: Logger.Level = .info) thr
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Run the Beacon server.")
 
-    @Option(help: "Address to listen on (env BEACON_HOST; default 127.0.0.1).")
+    @Option(help: Settings.host.help)
     var host: String?
 
-    @Option(help: "Port to listen on (env BEACON_PORT; default 8080; 0 picks a free port).")
+    @Option(help: Settings.port.help)
     var port: Int?
 
-    @Option(help: "Send both APNs environments to this endpoint instead of Apple (env BEACON_APNS_ENDPOINT).")
+    @Option(help: Settings.apnsEndpoint.help)
     var apnsEndpoint: String?
 
-    @Option(help: "PEM file of the CA to trust for --apns-endpoint (env BEACON_APNS_CA).")
+    @Option(help: Settings.apnsCA.help)
     var apnsCa: String?
 
-    @Option(help: "full (default): every acknowledged message is on disk, surviving power loss; normal: faster, survives a crash of Beacon but a power loss may undo the last commits (env BEACON_DURABILITY).")
+    @Option(help: Settings.durability.help)
     var durability: String?
 
-    @Option(help: "This node's name in a cluster sharing one PostgreSQL, shown in logs and in the cluster_nodes table (env BEACON_NODE_ID; default: host name and process id).")
+    @Option(help: Settings.nodeID.help)
     var nodeId: String?
 
-    @Flag(help: "Start the APNs simulator in-process and send every push to it (config key apnsSimulator).")
+    @Flag(help: Settings.apnsSimulator.help)
     var apnsSimulator = false
 
-    @Flag(help: "--apns-simulator plus a seeded demo app; prints the curl that pushes to an offline user.")
+    @Flag(help: Settings.demo.help)
     var demo = false
 
     @OptionGroup var data: DataOptions
 
     func run() async throws {
         var flags: [String: ConfigValue] = [:]
-        if let host { flags["host"] = ConfigValue(.string(host), isSecret: false) }
-        if let port { flags["port"] = ConfigValue(.int(port), isSecret: false) }
-        if let apnsEndpoint { flags["apnsEndpoint"] = ConfigValue(.string(apnsEndpoint), isSecret: false) }
-        if let apnsCa { flags["apnsCa"] = ConfigValue(.string(apnsCa), isSecret: false) }
-        if let nodeId { flags["nodeId"] = ConfigValue(.string(nodeId), isSecret: false) }
-        if let durability { flags["durability"] = ConfigValue(.string(durability), isSecret: false) }
-        if apnsSimulator || demo { flags["apnsSimulator"] = ConfigValue(.bool(true), isSecret: false) }
+        func flag<Value>(_ setting: Setting<Value>, _ content: ConfigContent?) {
+            if let key = setting.key, let content { flags[key] = ConfigValue(content, isSecret: false) }
+        }
+        flag(Settings.host, host.map { .string($0) })
+        flag(Settings.port, port.map { .int($0) })
+        flag(Settings.apnsEndpoint, apnsEndpoint.map { .string($0) })
+        flag(Settings.apnsCA, apnsCa.map { .string($0) })
+        flag(Settings.nodeID, nodeId.map { .string($0) })
+        flag(Settings.durability, durability.map { .string($0) })
+        flag(Settings.apnsSimulator, apnsSimulator || demo ? .bool(true) : nil)
         let config = try await data.reader(flags: flags)
         let logger = try makeLogger(config)
         try await withConfiguredStore(config, logger: logger) { store, database in
@@ -115,11 +120,10 @@ struct Serve: AsyncParsableCommand {
     }
 
     private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
-        let dataDir = config.string(forKey: "dataDir", default: "./data")
-        var configuration = BeaconConfiguration(
-            host: config.string(forKey: "host", default: "127.0.0.1"), port: config.int(forKey: "port", default: 8080))
-        configuration.nodeName = config.string(forKey: "nodeId")
-        if let key = config.string(forKey: "secretKey", isSecret: true) {
+        let dataDir = config.value(Settings.dataDir)
+        var configuration = BeaconConfiguration(host: config.value(Settings.host), port: config.value(Settings.port))
+        configuration.nodeName = config.value(Settings.nodeID)
+        if let key = config.value(Settings.secretKey) {
             configuration.secretBox = try SecretBox(base64: key)
         } else if case .postgres = database {
             throw ValidationError(
@@ -129,7 +133,7 @@ struct Serve: AsyncParsableCommand {
         }
         var services: [any Service] = []
         var simulator: APNsSimulator?
-        if config.bool(forKey: "apnsSimulator", default: false) {
+        if config.value(Settings.apnsSimulator) {
             var simulatorLogger = logger
             simulatorLogger.logLevel = .warning
             let started = try APNsSimulator(configuration: .init(environment: .development), logger: simulatorLogger)
@@ -143,8 +147,8 @@ struct Serve: AsyncParsableCommand {
                     for pem in pems { try started.registerCertificateAuthority(pem: pem, topics: topics) }
                 }
             }
-        } else if let endpoint = config.string(forKey: "apnsEndpoint") {
-            guard let caFile = config.string(forKey: "apnsCa") else { throw ValidationError("--apns-endpoint needs --apns-ca FILE") }
+        } else if let endpoint = config.value(Settings.apnsEndpoint) {
+            guard let caFile = config.value(Settings.apnsCA) else { throw ValidationError("--apns-endpoint needs --apns-ca FILE") }
             configuration.apnsRouting = try .custom(url: endpoint, caPEM: try String(contentsOfFile: caFile, encoding: .utf8))
         }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
@@ -305,10 +309,10 @@ enum ConfiguredDatabase: Sendable {
 func withConfiguredStore<T: Sendable>(
     _ config: ConfigReader, logger: Logger, _ body: @Sendable (any BeaconStore, ConfiguredDatabase) async throws -> T
 ) async throws -> T {
-    let database = try ConfiguredDatabase(config.string(forKey: "database", isSecret: true))
+    let database = try ConfiguredDatabase(config.value(Settings.database))
     switch database {
     case .sqlite(let path):
-        let durabilityName = config.string(forKey: "durability", default: SQLiteStore.Durability.full.rawValue)
+        let durabilityName = config.value(Settings.durability)
         guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
             throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
         }
@@ -316,7 +320,7 @@ func withConfiguredStore<T: Sendable>(
         if let path {
             store = try SQLiteStore(path: path, durability: durability)
         } else {
-            store = try SQLiteStore(directory: config.string(forKey: "dataDir", default: "./data"), durability: durability)
+            store = try SQLiteStore(directory: config.value(Settings.dataDir), durability: durability)
         }
         return try await body(store, database)
     case .postgres(let url):
@@ -370,7 +374,7 @@ struct Backup: AsyncParsableCommand {
     func run() async throws {
         let config = try await data.reader(flags: [:])
         let logger = try makeLogger(config, fallbackLevel: .warning)
-        guard case .sqlite = try ConfiguredDatabase(config.string(forKey: "database", isSecret: true)) else {
+        guard case .sqlite = try ConfiguredDatabase(config.value(Settings.database)) else {
             throw ValidationError("beacon backup copies the embedded SQLite database; back PostgreSQL up with pg_dump (docs/deploy.md)")
         }
         try await withConfiguredStore(config, logger: logger) { store, _ in

@@ -1,0 +1,154 @@
+import ArgumentParser
+import Configuration
+
+/// One setting: where it may be given (flag, `BEACON_*` environment variable, configuration-file key), its default and
+/// what it does. The commands read settings through these (`ConfigReader.value(_:)`), their flags' help is made from
+/// them, and `beacon config-reference` prints them as the README's configuration table, which a test compares with
+/// the README: the reference cannot drift from the code.
+struct Setting<Value: Sendable>: DocumentedSetting {
+    /// The configuration-file key (also the configuration reader's key); nil for a flag with no other source.
+    let key: String?
+    /// The flag, with its value's placeholder (`--port N`).
+    let flag: String?
+    /// The environment variable.
+    let environment: String?
+    /// Used when no source gives a value.
+    let defaultValue: Value
+    /// The default as the reference shows it.
+    let defaultText: String
+    /// What the setting does.
+    let meaning: String
+    /// Kept out of the configuration reader's logs.
+    var isSecret = false
+
+    /// The flag's `--help` text: the meaning, the environment variable and the default.
+    var help: ArgumentHelp {
+        ArgumentHelp("\(meaning) [\([environment.map { "env \($0)" }, "default \(defaultText)"].compactMap { $0 }.joined(separator: "; "))]")
+    }
+}
+
+/// A setting as the reference lists it, whatever its type.
+protocol DocumentedSetting: Sendable {
+    var key: String? { get }
+    var flag: String? { get }
+    var environment: String? { get }
+    var defaultText: String { get }
+    var meaning: String { get }
+}
+
+/// Every setting, in the reference's order.
+enum Settings {
+    static let host = Setting<String>(
+        key: "host", flag: "--host ADDRESS", environment: "BEACON_HOST", defaultValue: "127.0.0.1", defaultText: "`127.0.0.1`",
+        meaning: "Address to listen on (`0.0.0.0` or `::` for every interface).")
+    static let port = Setting<Int>(
+        key: "port", flag: "--port N", environment: "BEACON_PORT", defaultValue: 8080, defaultText: "`8080`",
+        meaning: "Port to listen on; 0 picks a free port.")
+    static let dataDir = Setting<String>(
+        key: "dataDir", flag: "--data-dir DIR", environment: "BEACON_DATA_DIR", defaultValue: "./data", defaultText: "`./data`",
+        meaning: "Directory (created 0700) of the embedded SQLite database and of the generated secret key.")
+    static let database = Setting<String?>(
+        key: "database", flag: "--database URL", environment: "BEACON_DATABASE_URL", defaultValue: nil,
+        defaultText: "embedded SQLite in the data directory",
+        meaning: """
+            `sqlite:PATH` (or absent): embedded SQLite (`DATA_DIR/beacon.sqlite` when PATH is empty). \
+            `postgres://user:password@host:5432/db`: PostgreSQL, which then needs `BEACON_SECRET_KEY`; several nodes may share \
+            it (docs/scaling.md). Options: `sslmode=disable|prefer|require` (default `disable`; `require` verifies the \
+            server's certificate against the system's CAs), `pool_size=16` (at least 3), `schema=name` (created if missing).
+            """,
+        isSecret: true)
+    static let durability = Setting<String>(
+        key: "durability", flag: "--durability full|normal", environment: "BEACON_DURABILITY", defaultValue: "full",
+        defaultText: "`full`",
+        meaning: """
+            SQLite only. `full`: every acknowledged message is on disk (`synchronous=FULL`) and survives a power loss; \
+            `normal` is faster and survives a crash of Beacon, but a power loss may undo the last commits.
+            """)
+    static let nodeID = Setting<String?>(
+        key: "nodeId", flag: "--node-id NAME", environment: "BEACON_NODE_ID", defaultValue: nil,
+        defaultText: "host name and process id",
+        meaning: "This node's name in a cluster sharing one PostgreSQL (logs, the `cluster_nodes` table).")
+    static let secretKey = Setting<String?>(
+        key: "secretKey", flag: nil, environment: "BEACON_SECRET_KEY", defaultValue: nil,
+        defaultText: "generated in `DATA_DIR/secret.key` (0600), with a warning",
+        meaning: """
+            32 random bytes, base64 (`openssl rand -base64 32`): seals push credentials and webhook secrets and, derived \
+            from it, the token-signing key (never stored). Changing it logs every user out; a key that cannot open the \
+            stored push credentials stops `serve` at start with the configuration's name.
+            """,
+        isSecret: true)
+    static let logLevel = Setting<String?>(
+        key: "logLevel", flag: nil, environment: "BEACON_LOG_LEVEL", defaultValue: nil, defaultText: "`info`",
+        meaning: """
+            `trace`, `debug`, `info`, `notice`, `warning`, `error` or `critical`. At `info`, one line per REST request \
+            (method, route, path without the query, status, duration, request id — also answered as `X-Request-Id`); \
+            never tokens, passwords, keys or message bodies.
+            """)
+    static let logFormat = Setting<String>(
+        key: "logFormat", flag: nil, environment: "BEACON_LOG_FORMAT", defaultValue: "text", defaultText: "`text`",
+        meaning: """
+            `json`: one JSON object per line (`time`, `level`, `label`, `message`, `source`, then the metadata as fields) \
+            for log shippers.
+            """)
+    static let apnsSimulator = Setting<Bool>(
+        key: "apnsSimulator", flag: "--apns-simulator", environment: "BEACON_APNS_SIMULATOR", defaultValue: false,
+        defaultText: "off", meaning: "Start the APNs simulator in-process and send every push to it (docs/apns-simulator.md).")
+    static let apnsEndpoint = Setting<String?>(
+        key: "apnsEndpoint", flag: "--apns-endpoint URL", environment: "BEACON_APNS_ENDPOINT", defaultValue: nil,
+        defaultText: "Apple's", meaning: "Send both APNs environments to this endpoint instead of Apple's.")
+    static let apnsCA = Setting<String?>(
+        key: "apnsCa", flag: "--apns-ca FILE", environment: "BEACON_APNS_CA", defaultValue: nil, defaultText: "none",
+        meaning: "The CA (PEM) to trust for `--apns-endpoint`, which needs it.")
+    static let demo = Setting<Bool>(
+        key: nil, flag: "--demo", environment: nil, defaultValue: false, defaultText: "off",
+        meaning: "`--apns-simulator` plus a seeded demo app; prints the curl that pushes to an offline user.")
+    static let configFile = Setting<String?>(
+        key: nil, flag: "--config FILE", environment: "BEACON_CONFIG", defaultValue: nil, defaultText: "none",
+        meaning: "A JSON file of settings by their file key (e.g. `{\"port\": 9000}`).")
+
+    static let all: [any DocumentedSetting] = [
+        host, port, dataDir, database, durability, nodeID, secretKey, logLevel, logFormat, apnsSimulator, apnsEndpoint, apnsCA,
+        demo, configFile,
+    ]
+
+    /// The configuration file's keys.
+    static var fileKeys: String { all.compactMap(\.key).joined(separator: ", ") }
+
+    /// The README's configuration table (Markdown).
+    static var reference: String {
+        func cell(_ text: String?) -> String { (text ?? "").replacingOccurrences(of: "|", with: "\\|") }
+        func code(_ text: String?) -> String { text.map { "`\($0)`" } ?? "" }
+        let rows = all.map { setting in
+            "| \(cell(code(setting.flag))) | \(code(setting.environment)) | \(code(setting.key)) | \(cell(setting.defaultText)) | \(cell(setting.meaning)) |"
+        }
+        return (["| flag | environment | file key | default | what |", "|---|---|---|---|---|"] + rows).joined(separator: "\n") + "\n"
+    }
+}
+
+extension ConfigReader {
+    func value(_ setting: Setting<String>) -> String {
+        string(forKey: ConfigKey(setting.key ?? ""), isSecret: setting.isSecret, default: setting.defaultValue)
+    }
+
+    func value(_ setting: Setting<String?>) -> String? {
+        string(forKey: ConfigKey(setting.key ?? ""), isSecret: setting.isSecret) ?? setting.defaultValue
+    }
+
+    func value(_ setting: Setting<Int>) -> Int {
+        int(forKey: ConfigKey(setting.key ?? ""), isSecret: setting.isSecret, default: setting.defaultValue)
+    }
+
+    func value(_ setting: Setting<Bool>) -> Bool {
+        bool(forKey: ConfigKey(setting.key ?? ""), isSecret: setting.isSecret, default: setting.defaultValue)
+    }
+}
+
+struct ConfigReferenceCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "config-reference",
+        abstract: "Print every setting (flag, environment variable, file key, default, what it does) as the README's Markdown table.")
+
+    func run() {
+        print(Settings.reference, terminator: "")
+    }
+}

@@ -1,0 +1,49 @@
+import Foundation
+import Testing
+
+/// The README's configuration table is what `beacon config-reference` prints from the settings the code reads, and the
+/// flags it lists are the ones `beacon serve` takes.
+@Suite struct ConfigReferenceTests {
+    /// What `beacon ARGUMENTS` prints.
+    private static func output(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = BeaconProcess.executable
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private static let readme = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md")
+
+    @Test func readmeTableIsThePrintedReference() throws {
+        let text = try String(contentsOf: Self.readme, encoding: .utf8)
+        let begin = try #require(text.range(of: "<!-- BEGIN config-reference"))
+        let tableStart = try #require(text[begin.upperBound...].range(of: "\n")).upperBound
+        let end = try #require(text.range(of: "<!-- END config-reference -->"))
+        let printed = try Self.output(["config-reference"])
+        #expect(printed.hasPrefix("| flag | environment | file key | default | what |"))
+        #expect(
+            String(text[tableStart..<end.lowerBound]) == printed,
+            "README.md's configuration table differs from `beacon config-reference`: paste its output between the markers")
+    }
+
+    @Test func everyServeFlagIsInTheReferenceAndBack() throws {
+        let flagPattern = try Regex(#"`(--[a-z0-9-]+)"#)
+        let documented = Set(try Self.output(["config-reference"]).split(separator: "\n").dropFirst(2).compactMap { row in
+            row.split(separator: "|", omittingEmptySubsequences: false).dropFirst().first.flatMap { cell in
+                cell.firstMatch(of: flagPattern).map { String($0.output[1].substring ?? "") }
+            }
+        })
+        let helpPattern = try Regex(#"^  (--[a-z0-9-]+)"#).anchorsMatchLineEndings()
+        let offered = Set(try Self.output(["serve", "--help"]).matches(of: helpPattern).map { String($0.output[1].substring ?? "") })
+            .subtracting(["--help", "--version"])
+        #expect(documented.count >= 10)
+        #expect(documented == offered)
+    }
+}
