@@ -65,10 +65,11 @@ private struct PushSecret: Codable {
 /// The secret key cannot open a stored push configuration: it is not the key the configurations were sealed with.
 public struct WrongSecretKey: Error, CustomStringConvertible {
     public var app: String
-    public var configuration: String
+    /// What could not be opened: `push configuration 'NAME'` or `the push-result webhook`.
+    public var sealed: String
     public var description: String {
-        "the secret key cannot open push configuration '\(configuration)' of app \(app): every node must run with the key it was "
-            + "uploaded under (BEACON_SECRET_KEY), or push would fail for every device"
+        "the secret key cannot open \(sealed) of app \(app): every node must run with the key it was "
+            + "uploaded under (BEACON_SECRET_KEY), or push (or its webhook) would fail for every device"
     }
 }
 
@@ -93,7 +94,14 @@ final class PushConfigs: Sendable {
                 do {
                     _ = try box.open(config.sealedSecret)
                 } catch {
-                    throw WrongSecretKey(app: "\(app.key)", configuration: config.name)
+                    throw WrongSecretKey(app: "\(app.key)", sealed: "push configuration '\(config.name)'")
+                }
+            }
+            if let webhook = try await store.webhook(app: app.id) {
+                do {
+                    _ = try box.open(webhook.config.sealedSecret)
+                } catch {
+                    throw WrongSecretKey(app: "\(app.key)", sealed: "the push-result webhook")
                 }
             }
         }

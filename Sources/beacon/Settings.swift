@@ -74,7 +74,7 @@ enum Settings {
         meaning: """
             32 random bytes, base64 (`openssl rand -base64 32`): seals push credentials and webhook secrets and, derived \
             from it, the token-signing key (never stored). Changing it logs every user out; a key that cannot open the \
-            stored push credentials stops `serve` at start with the configuration's name.
+            stored push credentials or a webhook secret stops `serve` at start, naming it.
             """,
         isSecret: true)
     static let logLevel = Setting<String?>(

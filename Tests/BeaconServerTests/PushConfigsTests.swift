@@ -44,9 +44,24 @@ import Testing
             let error = await #expect(throws: WrongSecretKey.self) {
                 _ = try await BeaconServer(store: beacon.store, configuration: configuration, logger: Logger(label: "test"))
             }
-            #expect(error?.configuration == "ios-prod")
+            #expect(error?.sealed == "push configuration 'ios-prod'")
             #expect(error?.description.contains("BEACON_SECRET_KEY") == true)
             // The right key opens them.
+            try await PushConfigs.checkOpens(store: beacon.store, box: SecretBox(key: testSecretKey))
+        }
+    }
+
+    /// The same for a webhook secret: a receiver would reject every signed delivery.
+    @Test func aServerWhoseSecretKeyCannotOpenTheWebhookSecretRefusesToStart() async throws {
+        try await TestBeacon.run { beacon in
+            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef0123"])
+            #expect(put.status == 200)
+            var configuration = BeaconConfiguration(port: 0)
+            configuration.secretBox = SecretBox(key: SymmetricKey(size: .bits256))
+            let error = await #expect(throws: WrongSecretKey.self) {
+                _ = try await BeaconServer(store: beacon.store, configuration: configuration, logger: Logger(label: "test"))
+            }
+            #expect(error?.sealed == "the push-result webhook")
             try await PushConfigs.checkOpens(store: beacon.store, box: SecretBox(key: testSecretKey))
         }
     }
