@@ -87,24 +87,37 @@ extension PostgresStore {
 
     public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
         try await transaction { connection in
-            // A dead VoIP token takes only itself away; a dead alert token, the binding.
-            for (column, reason) in [("voip_token", "voip_token"), ("device_token", "token")] {
-                try await Self.recordBindingsRemoved(
-                    column: column, token: deviceToken, notifier: notifier, unlessBoundSince: unlessBoundSince, reason: reason, app: app,
-                    now: now, connection: connection, logger: logger)
-            }
+            // A dead VoIP token takes only itself away; a dead alert token, the binding. Each statement records a
+            // `binding_removed` event for exactly the rows it changed (the webhook row is key-share locked, so a concurrent
+            // webhook deletion waits and then removes these events too).
             let cleared = try await connection.query(
                 """
-                UPDATE push_bindings SET voip_token = NULL WHERE app_id = \(app) AND voip_token = \(deviceToken) AND notifier = \(notifier)
-                    AND (\(unlessBoundSince)::bigint IS NULL OR bound_at < \(unlessBoundSince))
-                RETURNING 1
+                WITH cleared AS (
+                    UPDATE push_bindings SET voip_token = NULL
+                    WHERE app_id = \(app) AND voip_token = \(deviceToken) AND notifier = \(notifier)
+                        AND (\(unlessBoundSince)::bigint IS NULL OR bound_at < \(unlessBoundSince))
+                    RETURNING app_id, username, device_id, notifier
+                ), recorded AS (
+                    INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, reason)
+                    SELECT app_id, 'binding_removed', \(now), username, device_id, notifier, 'voip_token' FROM cleared
+                    WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = \(app) AND w.enabled FOR KEY SHARE)
+                )
+                SELECT 1 FROM cleared
                 """, logger: logger
             ).collect().count
             let removed = try await connection.query(
                 """
-                DELETE FROM push_bindings WHERE app_id = \(app) AND device_token = \(deviceToken) AND notifier = \(notifier)
-                    AND (\(unlessBoundSince)::bigint IS NULL OR bound_at < \(unlessBoundSince))
-                RETURNING 1
+                WITH removed AS (
+                    DELETE FROM push_bindings
+                    WHERE app_id = \(app) AND device_token = \(deviceToken) AND notifier = \(notifier)
+                        AND (\(unlessBoundSince)::bigint IS NULL OR bound_at < \(unlessBoundSince))
+                    RETURNING app_id, username, device_id, notifier
+                ), recorded AS (
+                    INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, reason)
+                    SELECT app_id, 'binding_removed', \(now), username, device_id, notifier, 'token' FROM removed
+                    WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = \(app) AND w.enabled FOR KEY SHARE)
+                )
+                SELECT 1 FROM removed
                 """, logger: logger
             ).collect().count
             return cleared + removed > 0

@@ -270,5 +270,25 @@ extension PostgresStore {
                 FOR EACH ROW EXECUTE FUNCTION push_job_webhook_event()
                 """,
             ]),
+        // The trigger key-share locks the webhook row it saw: a concurrent deletion of the webhook waits for the push's
+        // transaction and then deletes its events too, instead of leaving them behind for a later webhook.
+        Migration(
+            version: "v5-webhook-event-lock",
+            sql: [
+                """
+                CREATE OR REPLACE FUNCTION push_job_webhook_event() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+                BEGIN
+                    IF NEW.status <> 'pending' AND (TG_OP = 'INSERT' OR OLD.status <> NEW.status) THEN
+                        INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, message_id, push_type, outcome,
+                            reason, apns_status, apns_id, attempts)
+                        SELECT NEW.app_id, 'push', NEW.updated_at, NEW.username, NEW.device_id, NEW.notifier, NEW.message_id,
+                            NEW.push_type, NEW.status, NEW.last_reason, NEW.last_status, NEW.apns_id, NEW.attempts
+                        WHERE EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = NEW.app_id AND w.enabled FOR KEY SHARE);
+                    END IF;
+                    RETURN NULL;
+                END
+                $$
+                """,
+            ]),
     ]
 }

@@ -132,19 +132,4 @@ extension PostgresStore {
             WHERE app_id = \(app) AND EXISTS (SELECT 1 FROM dropped)
             """)
     }
-
-    /// Records a `binding_removed` event for each binding of the app whose `column` holds `token`, when its webhook is on.
-    static func recordBindingsRemoved(
-        column: String, token: String, notifier: String, unlessBoundSince: Int64?, reason: String, app: Int64, now: Int64,
-        connection: PostgresConnection, logger: Logger
-    ) async throws {
-        try await connection.query(
-            """
-            INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, reason)
-            SELECT b.app_id, 'binding_removed', \(now), b.username, b.device_id, b.notifier, \(reason) FROM push_bindings b
-            WHERE b.app_id = \(app) AND b.\(unescaped: column) = \(token) AND b.notifier = \(notifier)
-                AND (\(unlessBoundSince)::bigint IS NULL OR b.bound_at < \(unlessBoundSince))
-                AND EXISTS (SELECT 1 FROM webhooks w WHERE w.app_id = b.app_id AND w.enabled)
-            """, logger: logger)
-    }
 }
