@@ -290,5 +290,14 @@ extension PostgresStore {
                 $$
                 """,
             ]),
+        Migration(
+            version: "v6-console-sessions",
+            sql: [
+                """
+                CREATE TABLE console_sessions (
+                    digest TEXT PRIMARY KEY, app_id BIGINT NOT NULL, created_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)
+                """,
+                "CREATE INDEX console_sessions_by_expiry ON console_sessions (expires_at)",
+            ]),
     ]
 }

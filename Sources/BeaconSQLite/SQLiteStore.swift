@@ -241,6 +241,14 @@ public final class SQLiteStore: BeaconStore {
                     END;
                     """)
         }
+        migrator.registerMigration("v10-console-sessions") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE console_sessions (
+                        digest TEXT PRIMARY KEY, app_id INTEGER NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);
+                    CREATE INDEX console_sessions_by_expiry ON console_sessions (expires_at);
+                    """)
+        }
         return migrator
     }
 

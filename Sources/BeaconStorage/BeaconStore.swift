@@ -185,6 +185,15 @@ public protocol BeaconStore: Sendable {
     /// Events waiting for every enabled webhook, and when the oldest was recorded (ms).
     func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?)
 
+    // MARK: Console sessions
+
+    /// Stores a new session, and forgets sessions that expired before `now`.
+    func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws
+    /// The session with this digest, unless it expired before `now`.
+    func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession?
+    /// Ends the session (signing out); false when there was none.
+    func deleteConsoleSession(digest: String) async throws -> Bool
+
     // MARK: Retention
 
     /// Drops inbox entries beyond the app's limits (count per conversation, age), messages no inbox holds, finished

@@ -1,0 +1,31 @@
+import BeaconStorage
+import PostgresNIO
+
+/// Console sessions (`v6-console-sessions`).
+extension PostgresStore {
+    public func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws {
+        try await transaction { connection in
+            try await connection.query("DELETE FROM console_sessions WHERE expires_at < \(now)", logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO console_sessions (digest, app_id, created_at, expires_at)
+                VALUES (\(session.digest), \(session.app), \(session.createdAt), \(session.expiresAt))
+                """, logger: logger)
+        }
+    }
+
+    public func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession? {
+        guard
+            let row = try await rows(
+                "SELECT app_id, created_at, expires_at FROM console_sessions WHERE digest = \(digest) AND expires_at >= \(now)"
+            ).first
+        else { return nil }
+        return ConsoleSession(
+            digest: digest, app: try row["app_id"].decode(Int64.self), createdAt: try row["created_at"].decode(Int64.self),
+            expiresAt: try row["expires_at"].decode(Int64.self))
+    }
+
+    public func deleteConsoleSession(digest: String) async throws -> Bool {
+        try await execute("DELETE FROM console_sessions WHERE digest = \(digest) RETURNING 1") > 0
+    }
+}

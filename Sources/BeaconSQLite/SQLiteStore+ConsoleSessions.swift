@@ -1,0 +1,33 @@
+import BeaconStorage
+import GRDB
+
+/// Console sessions (`v10-console-sessions`).
+extension SQLiteStore {
+    public func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM console_sessions WHERE expires_at < ?", arguments: [now])
+            try db.execute(
+                sql: "INSERT INTO console_sessions (digest, app_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                arguments: [session.digest, session.app, session.createdAt, session.expiresAt])
+        }
+    }
+
+    public func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession? {
+        try await read { db in
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT * FROM console_sessions WHERE digest = ? AND expires_at >= ?", arguments: [digest, now])
+            else { return nil }
+            return ConsoleSession(
+                digest: digest, app: try row.decode(forColumn: "app_id"), createdAt: try row.decode(forColumn: "created_at"),
+                expiresAt: try row.decode(forColumn: "expires_at"))
+        }
+    }
+
+    public func deleteConsoleSession(digest: String) async throws -> Bool {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM console_sessions WHERE digest = ?", arguments: [digest])
+            return db.changesCount > 0
+        }
+    }
+}
