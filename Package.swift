@@ -96,6 +96,10 @@ let package = Package(
         ], resources: [
             // The REST API's OpenAPI 3.1 contract, served at GET /openapi.json (kept true by tests/contract).
             .embedInCode("openapi.json"),
+            // The web console's page, script and style sheet, served under /console/ (no CDN, no build step).
+            .embedInCode("Console/index.html"),
+            .embedInCode("Console/console.js"),
+            .embedInCode("Console/console.css"),
         ]),
         // The Swift client SDK. Independent of the server modules.
         .target(name: "BeaconClient", dependencies: [

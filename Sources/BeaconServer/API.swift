@@ -54,13 +54,15 @@ struct API: Sendable {
         return app
     }
 
-    /// Authenticates the bearer token (header, or `access_token` query parameter for browsers' WebSockets).
+    /// Authenticates the bearer token (header, or `access_token` query parameter for browsers' WebSockets), else a
+    /// console session's cookie (`Console`).
     func caller(_ request: Request, app: AppRecord) async throws -> Caller {
         let header = request.headers[.authorization].flatMap { value -> String? in
             let parts = value.split(separator: " ", maxSplits: 1)
             return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
         }
         guard let token = header ?? request.uri.queryParameters.get("access_token") else {
+            if let console = try await consoleCaller(request, app: app) { return console }
             throw BeaconError(.unauthorized, "missing bearer token")
         }
         guard let claims = tokens.verify(token, now: clock()), claims.app == app.id else {

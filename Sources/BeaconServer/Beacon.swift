@@ -219,6 +219,7 @@ public struct BeaconServer: Sendable {
         get("/openapi.json") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_json)))
         }
+        Console(api: api).register(on: router, table: routes)
         Routes(
             api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
             tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,

@@ -193,6 +193,10 @@ struct Serve: AsyncParsableCommand {
 
           curl -s '\(beacon)/\(setup.app.org)/\(setup.app.name)/push/deliveries?username=\(setup.receiver)' -H 'Authorization: Bearer \(setup.appToken)'
 
+        Or open the console: \(beacon)/console/ and sign in with organization \(setup.app.org), app \(setup.app.name),
+          client id     \(setup.clientID)
+          client secret \(setup.clientSecret ?? "(the one printed when this demo app was created)")
+
         """
     }
 }

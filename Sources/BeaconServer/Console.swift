@@ -1,0 +1,163 @@
+import BeaconCore
+import BeaconStorage
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+
+/// The web console at `/console/`: static pages (part of the binary) that call the same REST API as any client, and
+/// the sessions they call it with.
+///
+/// Signing in with the app's client credentials (what `POST /{org}/{app}/token` takes) opens a session: a random id in an
+/// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a TLS proxy), of which the store keeps only a digest. The REST
+/// API takes that cookie as it takes an app token (`API.caller`), with no other rights; every request that changes
+/// something must also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime` or at sign-out.
+struct Console {
+    let api: API
+
+    static let cookieName = "beacon_console"
+    // From literal valid tokens: the initializers cannot fail, and no input reaches them.
+    static let csrfHeader = HTTPField.Name("X-CSRF-Token")!
+    private static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
+    private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
+    /// Eight hours (ms): a working day, then sign in again.
+    static let lifetime: Int64 = 8 * 3600 * 1000
+
+    /// The console's pages, and its session endpoints.
+    func register(on router: Router<BeaconRequestContext>, table: RouteTable) {
+        func add(_ method: HTTPRequest.Method, _ path: String, _ handler: @escaping @Sendable (Request, BeaconRequestContext) async throws -> Response) {
+            router.on(RouterPath(path), method: method, use: handler)
+            table.add(method, path)
+        }
+        // Hummingbird matches `/console` and `/console/` alike; the page names its script and style sheet absolutely.
+        add(.get, "/console") { _, _ in Self.asset(PackageResources.index_html, type: "text/html; charset=utf-8") }
+        add(.get, "/console/console.js") { _, _ in Self.asset(PackageResources.console_js, type: "text/javascript; charset=utf-8") }
+        add(.get, "/console/console.css") { _, _ in Self.asset(PackageResources.console_css, type: "text/css; charset=utf-8") }
+        add(.post, "/console/session", signIn)
+        add(.get, "/console/session", currentSession)
+        add(.delete, "/console/session", signOut)
+    }
+
+    /// A page or script, with headers that keep it from being framed or fed foreign scripts.
+    private static func asset(_ bytes: [UInt8], type: String) -> Response {
+        Response(
+            status: .ok,
+            headers: [
+                .contentType: type, .cacheControl: "no-cache", .xContentTypeOptions: "nosniff", referrerPolicy: "no-referrer",
+                .contentSecurityPolicy: "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+            ],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    struct SignIn: Decodable {
+        var org: String
+        var app: String
+        var clientID: String
+        var clientSecret: String
+        enum CodingKeys: String, CodingKey {
+            case org, app, clientID = "client_id", clientSecret = "client_secret"
+        }
+    }
+
+    /// What the console's script knows of its session (never the session id, which only the cookie holds).
+    struct SessionView: Codable, Sendable {
+        var org: String
+        var app: String
+        var csrfToken: String
+        /// ms since 1970.
+        var expiresAt: Int64
+        enum CodingKeys: String, CodingKey {
+            case org, app, csrfToken = "csrf_token", expiresAt = "expires_at"
+        }
+    }
+
+    @Sendable func signIn(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let body = try await api.body(SignIn.self, from: request)
+        let key: AppKey
+        do {
+            key = try AppKey(parsing: "\(body.org)/\(body.app)")
+        } catch {
+            throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong")
+        }
+        // One answer for an unknown app and wrong credentials: the form does not tell which apps exist.
+        guard let app = try await api.store.app(key), body.clientID == app.clientID,
+            Credentials.hashSecret(body.clientSecret) == app.clientSecretHash
+        else { throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong") }
+        let id = Self.newSessionID()
+        let now = api.clock()
+        let session = ConsoleSession(digest: Self.digest(of: id), app: app.id, createdAt: now, expiresAt: now + Self.lifetime)
+        try await api.store.createConsoleSession(session, now: now)
+        var response = API.json(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+        response.setCookie(Self.cookie(id, request: request, maxAge: Int(Self.lifetime / 1000)))
+        return response
+    }
+
+    @Sendable func currentSession(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (id, session) = try await requireSession(request)
+        guard let app = try await api.store.app(id: session.app) else { throw BeaconError(.unauthorized, "not signed in") }
+        return API.json(SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+    }
+
+    @Sendable func signOut(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let (id, _) = try await requireSession(request)
+        try Self.checkCSRF(request, sessionID: id)
+        _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: id))
+        var response = Response(status: .noContent)
+        response.setCookie(Self.cookie("", request: request, maxAge: 0))
+        return response
+    }
+
+    private func requireSession(_ request: Request) async throws -> (id: String, session: ConsoleSession) {
+        guard let id = request.cookies[Self.cookieName]?.value, !id.isEmpty,
+            let session = try await api.store.consoleSession(digest: Self.digest(of: id), now: api.clock())
+        else { throw BeaconError(.unauthorized, "not signed in, or the session expired") }
+        return (id, session)
+    }
+
+    // MARK: Session ids and CSRF tokens
+
+    /// 32 random bytes, base64url: unguessable, and valid in a cookie.
+    static func newSessionID() -> String {
+        let bytes = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
+        return bytes.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// What the store keeps of a session id.
+    static func digest(of id: String) -> String {
+        SHA256.hash(data: Data(id.utf8)).lowercaseHex
+    }
+
+    /// The session's CSRF token: derived from its id (nothing more to store), and telling nothing about it.
+    static func csrfToken(for id: String) -> String {
+        HMAC<SHA256>.authenticationCode(for: Data("beacon console csrf".utf8), using: SymmetricKey(data: Data(id.utf8))).lowercaseHex
+    }
+
+    /// Throws `forbidden_op` unless the request carries the session's CSRF token.
+    static func checkCSRF(_ request: Request, sessionID: String) throws {
+        let expected = Data(csrfToken(for: sessionID).utf8)
+        guard let given = request.headers[csrfHeader], Data(given.utf8).count == expected.count,
+            zip(Data(given.utf8), expected).reduce(0, { $0 | ($1.0 ^ $1.1) }) == 0
+        else { throw BeaconError(.forbidden, "a console request that changes something needs the session's X-CSRF-Token header") }
+    }
+
+    /// The session cookie (an empty value with `maxAge` 0 removes it). `Secure` when the browser came over TLS, as a
+    /// TLS proxy in front says with `X-Forwarded-Proto`.
+    private static func cookie(_ value: String, request: Request, maxAge: Int) -> Cookie {
+        let secure = request.headers[forwardedProto]?.lowercased() == "https" 
+        return Cookie(name: cookieName, value: value, maxAge: maxAge, path: "/", secure: secure, httpOnly: true, sameSite: .strict)
+    }
+}
+
+extension API {
+    /// The console session in the request's cookie, as an app caller of `app`; nil without a cookie. A request that may
+    /// change something (any method but GET and HEAD) must carry the session's CSRF token.
+    func consoleCaller(_ request: Request, app: AppRecord) async throws -> Caller? {
+        guard let id = request.cookies[Console.cookieName]?.value, !id.isEmpty else { return nil }
+        guard let session = try await store.consoleSession(digest: Console.digest(of: id), now: clock()), session.app == app.id else {
+            throw BeaconError(.badAccessToken, "the console session expired or is not for this app; sign in again")
+        }
+        if request.method != .get && request.method != .head { try Console.checkCSRF(request, sessionID: id) }
+        return .app
+    }
+}

@@ -1,0 +1,338 @@
+// Beacon console: a small script over Beacon's own REST API (no framework, nothing fetched from elsewhere).
+// The session is an HttpOnly cookie this script never sees; changes carry the session's CSRF token.
+"use strict";
+
+const console_ = {
+  session: null, // { org, app, csrf_token, expires_at }
+};
+
+/** An error answer of the API: its HTTP status, stable code and description. */
+class ApiError extends Error {
+  constructor(status, code, description) {
+    super(description || code || `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** Calls `path`: absolute when it starts with /console/, else under /{org}/{app}/. */
+async function call(method, path, body) {
+  const session = console_.session;
+  const url = path.startsWith("/console/") ? path : `/${encodeURIComponent(session.org)}/${encodeURIComponent(session.app)}/${path}`;
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (session && method !== "GET") headers["X-CSRF-Token"] = session.csrf_token;
+  const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), credentials: "same-origin" });
+  const text = await response.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch (_) { json = null; }
+  if (!response.ok) {
+    if (response.status === 401 && !path.startsWith("/console/session")) { showSignIn("Your session ended; sign in again."); }
+    throw new ApiError(response.status, json && json.error, json && json.error_description);
+  }
+  return json;
+}
+
+/** Makes an element: attributes (`on…` are listeners) and children (strings become text, never HTML). */
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value === true) node.setAttribute(name, "");
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function show(title, ...content) {
+  const main = document.getElementById("main");
+  main.replaceChildren(el("h1", {}, title), ...content);
+  document.title = `${title} · Beacon console`;
+}
+
+function time(ms) {
+  return ms ? new Date(ms).toLocaleString() : "";
+}
+
+/** A labelled input with a place for its error (announced to screen readers). */
+function field(label, id, input, hint) {
+  input.id = id;
+  input.name = id;
+  const error = el("p", { class: "field-error", id: `${id}-error`, role: "alert" });
+  input.setAttribute("aria-describedby", `${id}-error${hint ? ` ${id}-hint` : ""}`);
+  return el("div", { class: "field" }, el("label", { for: id }, label), hint ? el("p", { class: "hint", id: `${id}-hint` }, hint) : null, input, error);
+}
+
+function setFieldError(form, id, message) {
+  const target = form.querySelector(`#${id}-error`);
+  if (target) target.textContent = message;
+  const input = form.querySelector(`#${id}`);
+  if (input) input.setAttribute("aria-invalid", message ? "true" : "false");
+}
+
+function clearErrors(form) {
+  form.querySelectorAll(".field-error, .form-error").forEach((node) => { node.textContent = ""; });
+  form.querySelectorAll("[aria-invalid]").forEach((node) => node.setAttribute("aria-invalid", "false"));
+}
+
+// MARK: Signing in and out
+
+function showSignIn(message) {
+  console_.session = null;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("app-name").textContent = "";
+  const form = el("form", { class: "card", id: "sign-in", novalidate: true },
+    message ? el("p", { class: "form-error", role: "alert" }, message) : null,
+    el("p", { class: "hint" }, "Sign in with the app's client credentials (what `beacon app create` printed)."),
+    field("Organization", "org", el("input", { type: "text", autocomplete: "organization", required: true })),
+    field("App", "app", el("input", { type: "text", required: true })),
+    field("Client id", "client_id", el("input", { type: "text", autocomplete: "username", required: true })),
+    field("Client secret", "client_secret", el("input", { type: "password", autocomplete: "current-password", required: true })),
+    el("p", { class: "form-error", id: "sign-in-error", role: "alert" }),
+    el("button", { type: "submit" }, "Sign in"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    const values = Object.fromEntries(["org", "app", "client_id", "client_secret"].map((name) => [name, form.elements[name].value.trim()]));
+    try {
+      console_.session = await call("POST", "/console/session", values);
+      signedIn();
+    } catch (error) {
+      form.querySelector("#sign-in-error").textContent = error.message;
+    }
+  });
+  show("Sign in", form);
+  form.elements.org.focus();
+}
+
+function signedIn() {
+  document.getElementById("nav").hidden = false;
+  document.getElementById("app-name").textContent = `${console_.session.org}/${console_.session.app}`;
+  if (!location.hash || location.hash === "#/") location.hash = "#/certificates";
+  else route();
+}
+
+async function signOut() {
+  try { await call("DELETE", "/console/session"); } catch (_) { /* the session is gone either way */ }
+  location.hash = "";
+  showSignIn("Signed out.");
+}
+
+// MARK: Push certificates
+
+const certificateErrorFields = {
+  invalid_p12_password: "password",
+  invalid_p12_file: "file",
+  invalid_p8_key: "file",
+  certificate_expired: "file",
+  duplicate_unique_property_exists: "name",
+};
+
+async function certificatesPage() {
+  const list = el("div", { class: "table-wrap", id: "certificate-list" }, "Loading…");
+  const form = uploadForm(() => loadCertificates(list));
+  show("Push certificates", el("section", { class: "card" }, el("h2", {}, "Uploaded"), list), el("h2", {}, "Upload"), form);
+  await loadCertificates(list);
+}
+
+async function loadCertificates(list) {
+  const answer = await call("GET", "push/certificates");
+  const soon = Date.now() + 30 * 24 * 3600 * 1000;
+  if (!answer.entities.length) {
+    list.replaceChildren(el("p", {}, "No push certificate yet: upload a .p8 key or a .p12 certificate below."));
+    return;
+  }
+  const rows = answer.entities.map((c) => {
+    const expires = c.expires ? Date.parse(c.expires) : null;
+    const remove = el("button", { type: "button", class: "danger", "aria-label": `Delete ${c.name}` }, "Delete");
+    remove.addEventListener("click", async () => {
+      if (!window.confirm(`Delete push certificate ${c.name}? Devices bound to it stop receiving pushes.`)) return;
+      await call("DELETE", `push/certificates/${encodeURIComponent(c.name)}`);
+      await loadCertificates(list);
+    });
+    return el("tr", { "data-name": c.name },
+      el("td", {}, c.name), el("td", {}, c.kind), el("td", {}, c.environment), el("td", { class: "mono" }, c.bundle_id),
+      el("td", {}, c.voip ? "yes" : "no"),
+      el("td", { class: "mono" }, c.key_id ? `${c.key_id} / ${c.team_id}` : ""),
+      el("td", { class: expires !== null && expires < soon ? "expiring" : null },
+        expires === null ? "never (token key)" : `${new Date(expires).toLocaleDateString()}${expires < soon ? " — expires within 30 days" : ""}`),
+      el("td", {}, time(c.created)), el("td", {}, remove));
+  });
+  list.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ["Name", "Kind", "Environment", "Bundle id", "VoIP", "Key id / team id", "Expires", "Uploaded", ""].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows)));
+}
+
+function uploadForm(onUploaded) {
+  const kind = el("select", {}, el("option", { value: "p8" }, ".p8 token key"), el("option", { value: "p12" }, ".p12 certificate"));
+  const environment = el("select", {}, el("option", { value: "development" }, "development"), el("option", { value: "production" }, "production"));
+  const p8Fields = el("div", {},
+    field("Key id", "key_id", el("input", { type: "text", maxlength: 10 }), "10 characters, from Apple's developer account."),
+    field("Team id", "team_id", el("input", { type: "text", maxlength: 10 })));
+  const p12Fields = el("div", { hidden: true }, field("Certificate password", "password", el("input", { type: "password", autocomplete: "off" })));
+  const form = el("form", { class: "card", id: "upload", novalidate: true },
+    field("Name", "name", el("input", { type: "text", required: true }), "The name the app passes as apnsCertName (letters, digits, _ - .)."),
+    field("Kind", "kind", kind),
+    field("Environment", "environment", environment),
+    field("Bundle id", "bundle_id", el("input", { type: "text", required: true })),
+    el("label", {}, el("input", { type: "checkbox", id: "voip", name: "voip" }), " Also for VoIP pushes"),
+    field("File", "file", el("input", { type: "file", accept: ".p8,.p12,.pem", required: true })),
+    p8Fields, p12Fields,
+    el("p", { class: "form-error", id: "upload-error", role: "alert" }),
+    el("p", { class: "notice", id: "upload-notice", role: "status" }),
+    el("button", { type: "submit" }, "Upload"));
+  kind.addEventListener("change", () => {
+    p8Fields.hidden = kind.value !== "p8";
+    p12Fields.hidden = kind.value !== "p12";
+  });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    form.querySelector("#upload-notice").textContent = "";
+    const file = form.elements.file.files[0];
+    if (!file) { setFieldError(form, "file", "Choose the .p8 or .p12 file."); return; }
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    const body = {
+      name: form.elements.name.value.trim(), kind: kind.value, environment: environment.value,
+      bundle_id: form.elements.bundle_id.value.trim(), voip: form.elements.voip.checked,
+      file: kind.value === "p8" ? new TextDecoder().decode(bytes) : btoa(String.fromCharCode(...bytes)),
+    };
+    if (kind.value === "p8") { body.key_id = form.elements.key_id.value.trim(); body.team_id = form.elements.team_id.value.trim(); }
+    else body.password = form.elements.password.value;
+    try {
+      await call("POST", "push/certificates", body);
+      form.reset();
+      p8Fields.hidden = false;
+      p12Fields.hidden = true;
+      form.querySelector("#upload-notice").textContent = `Uploaded ${body.name}.`;
+      await onUploaded();
+    } catch (error) {
+      const target = certificateErrorFields[error.code] || fieldNamedIn(error.message);
+      if (target) setFieldError(form, target, error.message);
+      else form.querySelector("#upload-error").textContent = error.message;
+    }
+  });
+  return form;
+}
+
+/** The upload field an `illegal_argument` description is about, from the field name it starts with. */
+function fieldNamedIn(message) {
+  const match = /^(name|bundle_id|key_id|team_id|password|file|environment|kind)\b/.exec(message || "");
+  return match ? match[1] : null;
+}
+
+// MARK: Deliveries
+
+async function deliveriesPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const form = el("form", { class: "card filters", id: "delivery-filters", role: "search" },
+    field("Username", "username", el("input", { type: "search", value: params.get("username") || "" })),
+    field("Message id", "message_id", el("input", { type: "search", inputmode: "numeric", value: params.get("message_id") || "" })),
+    field("Status", "status", el("select", {}, ["", "sent", "failed", "skipped", "expired", "pending"].map((s) =>
+      el("option", { value: s, selected: params.get("status") === s }, s || "any")))),
+    field("Reason", "reason", el("input", { type: "search", value: params.get("reason") || "" })),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams();
+    for (const name of ["username", "message_id", "status", "reason"]) {
+      const value = form.elements[name].value.trim();
+      if (value) query.set(name, value);
+    }
+    location.hash = `#/deliveries?${query}`;
+  });
+  const results = el("div", { class: "table-wrap", id: "delivery-list" }, "Loading…");
+  show("Deliveries", form, results);
+  const query = new URLSearchParams({ limit: "200" });
+  for (const name of ["username", "message_id"]) if (params.get(name)) query.set(name, params.get(name));
+  let records;
+  try {
+    records = (await call("GET", `push/deliveries?${query}`)).entities;
+  } catch (error) {
+    results.replaceChildren(el("p", { class: "form-error", role: "alert" }, error.message));
+    return;
+  }
+  records = records.filter((r) => (!params.get("status") || r.status === params.get("status")) && (!params.get("reason") || r.reason === params.get("reason")));
+  if (!records.length) { results.replaceChildren(el("p", {}, "No push record matches.")); return; }
+  results.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ["Message", "User", "Device", "Certificate", "Type", "Status", "Reason", "APNs", "Attempts", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, records.map((r) => el("tr", {},
+      el("td", { class: "mono" }, el("a", { href: `#/deliveries?message_id=${r.message_id}` }, r.message_id)),
+      el("td", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(r.username)}` }, r.username)),
+      el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", {}, r.push_type),
+      el("td", { class: `status-${r.status}` }, r.status), el("td", {}, r.reason || ""),
+      el("td", { class: "mono" }, [r.http_status ? String(r.http_status) : "", r.apns_id].filter(Boolean).join(" · ")),
+      el("td", {}, String(r.attempts)), el("td", {}, time(r.updated)))))));
+}
+
+// MARK: Sending a message
+
+async function sendPage() {
+  const chatType = el("select", {}, el("option", { value: "users" }, "to users (chat)"), el("option", { value: "chatgroups" }, "to groups"));
+  const form = el("form", { class: "card", id: "send", novalidate: true },
+    field("From", "from", el("input", { type: "text", value: "admin" }), "The sender's username (the app may send as anyone)."),
+    field("Chat type", "chat_type", chatType),
+    field("To", "to", el("input", { type: "text", required: true }), "Usernames or group ids, separated by commas."),
+    field("Text", "text", el("textarea", { required: true })),
+    field("Push title", "push_title", el("input", { type: "text" }), "Optional: em_push_title for the offline push."),
+    field("Push content", "push_content", el("input", { type: "text" }), "Optional: em_push_content."),
+    el("p", { class: "form-error", id: "send-error", role: "alert" }),
+    el("div", { id: "send-result", role: "status" }),
+    el("button", { type: "submit" }, "Send"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    const to = form.elements.to.value.split(",").map((s) => s.trim()).filter(Boolean);
+    if (!to.length) { setFieldError(form, "to", "Name at least one receiver."); return; }
+    const body = { from: form.elements.from.value.trim(), to, type: "txt", body: { msg: form.elements.text.value } };
+    const ext = {};
+    if (form.elements.push_title.value.trim()) ext.em_push_title = form.elements.push_title.value.trim();
+    if (form.elements.push_content.value.trim()) ext.em_push_content = form.elements.push_content.value.trim();
+    if (Object.keys(ext).length) body.ext = ext;
+    try {
+      const answer = await call("POST", `messages/${chatType.value}`, body);
+      const ids = Object.entries(answer.data || {});
+      form.querySelector("#send-result").replaceChildren(el("p", { class: "notice" }, "Sent."),
+        el("ul", {}, ids.map(([receiver, id]) => el("li", {}, `${receiver}: `, el("a", { href: `#/deliveries?message_id=${id}` }, `message ${id}`)))));
+    } catch (error) {
+      form.querySelector("#send-error").textContent = error.message;
+    }
+  });
+  show("Send a message", form);
+}
+
+// MARK: Routing
+
+const pages = { "#/certificates": certificatesPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
+
+async function route() {
+  if (!console_.session) return;
+  const path = location.hash.split("?")[0];
+  const page = pages[path] || certificatesPage;
+  document.querySelectorAll("nav a").forEach((a) => {
+    if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  });
+  try {
+    await page();
+    document.getElementById("main").focus();
+  } catch (error) {
+    if (console_.session) show("Something went wrong", el("p", { class: "form-error", role: "alert" }, error.message));
+  }
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", async () => {
+  document.getElementById("sign-out").addEventListener("click", signOut);
+  try {
+    console_.session = await call("GET", "/console/session");
+    signedIn();
+  } catch (_) {
+    showSignIn();
+  }
+});
