@@ -133,6 +133,8 @@ let package = Package(
         .testTarget(name: "BeaconStorageTests", dependencies: [
             "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", .product(name: "Logging", package: "swift-log"),
             .product(name: "GRDB", package: "GRDB.swift"),
+            // To hold a PostgreSQL transaction open while another runs (race tests).
+            .product(name: "PostgresNIO", package: "postgres-nio"),
         ]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
             "BeaconAPNs", "APNsSimulator",

@@ -8,7 +8,8 @@ extension PostgresStore {
     @discardableResult
     public func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState? {
         try await transaction { connection in
-            let previous = try await Self.webhook(app: app, connection: connection, logger: logger, lock: true)
+            // Deleting waits for pushes recording events (their key-share locks), so none is left behind; replacing does not.
+            let previous = try await Self.webhook(app: app, connection: connection, logger: logger, lock: config == nil ? .forUpdate : .forNoKeyUpdate)
             if let config {
                 // A new configuration starts afresh, and fences out a batch claimed under the old one (claim_token).
                 try await connection.query(
@@ -28,13 +29,17 @@ extension PostgresStore {
     }
 
     public func webhook(app: Int64) async throws -> WebhookState? {
-        try await transaction { connection in try await Self.webhook(app: app, connection: connection, logger: logger, lock: false) }
+        try await transaction { connection in try await Self.webhook(app: app, connection: connection, logger: logger, lock: nil) }
     }
 
-    private static func webhook(app: Int64, connection: PostgresConnection, logger: Logger, lock: Bool) async throws -> WebhookState? {
-        let query: PostgresQuery = lock
-            ? "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app) FOR UPDATE"
-            : "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app)"
+    /// A row lock `webhook(app:connection:logger:lock:)` may take.
+    private enum RowLock: String {
+        case forUpdate = "FOR UPDATE"
+        case forNoKeyUpdate = "FOR NO KEY UPDATE"
+    }
+
+    private static func webhook(app: Int64, connection: PostgresConnection, logger: Logger, lock: RowLock?) async throws -> WebhookState? {
+        let query: PostgresQuery = "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app) \(unescaped: lock?.rawValue ?? "")"
         guard let row = try await connection.query(query, logger: logger).collect().first?.makeRandomAccess() else { return nil }
         let pending = try await connection.query("SELECT COUNT(*) FROM webhook_events WHERE app_id = \(app)", logger: logger)
             .collect().first?.decode(Int64.self) ?? 0
@@ -55,7 +60,8 @@ extension PostgresStore {
 
     public func claimWebhookBatch(now: Int64, lease: Int64, limit: Int) async throws -> WebhookBatch? {
         try await transaction { connection in
-            // SKIP LOCKED: nodes polling together each take a different app, or nothing.
+            // SKIP LOCKED: nodes polling together each take a different app, or nothing. NO KEY UPDATE (what the UPDATE
+            // needs): the key-share locks that pushes take on the row while recording events do not make it skip the app.
             guard
                 let row = try await connection.query(
                     """
@@ -63,7 +69,7 @@ extension PostgresStore {
                     WHERE app_id = (
                         SELECT w.app_id FROM webhooks w WHERE w.enabled AND w.next_attempt_at <= \(now) AND w.claimed_until <= \(now)
                             AND EXISTS (SELECT 1 FROM webhook_events e WHERE e.app_id = w.app_id)
-                        ORDER BY w.next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                        ORDER BY w.next_attempt_at LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)
                     RETURNING \(unescaped: Self.webhookColumns)
                     """, logger: logger
                 ).collect().first?.makeRandomAccess()

@@ -6,12 +6,13 @@ import Synchronization
 public final class TransactionTimings: Sendable {
     /// What a store ran.
     public enum Kind: String, Sendable, CaseIterable {
-        /// Reads only (SQLite: a snapshot read; PostgreSQL: reads on one connection).
+        /// Reads only (SQLite: a snapshot read; PostgreSQL: several reads on one connection).
         case read
-        /// A transaction that may write (SQLite: the single writer; PostgreSQL: a multi-statement transaction, retries
-        /// after a deadlock included).
+        /// A transaction (SQLite: on the single writer, its wait included; PostgreSQL: several statements, read-only
+        /// ones too, deadlock retries and the wait for a pool connection included).
         case write
-        /// One statement that commits on its own (PostgreSQL).
+        /// One statement that commits on its own (PostgreSQL: most reads, and writes of one statement; the wait for a pool
+        /// connection included).
         case statement
     }
 

@@ -5,7 +5,7 @@ import Foundation
 import Logging
 import Testing
 
-private let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil
+let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil
 
 /// Runs `body` with `count` stores on one fresh PostgreSQL schema, each with its own pool (as separate nodes have).
 private func withNodes(_ count: Int, _ body: @Sendable ([PostgresStore]) async throws -> Void) async throws {

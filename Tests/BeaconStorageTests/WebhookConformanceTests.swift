@@ -1,8 +1,10 @@
 import BeaconCore
+@testable import BeaconPostgres
 import BeaconSQLite
 import BeaconStorage
 import Foundation
 import GRDB
+import PostgresNIO
 import Testing
 
 /// The push-result webhook's outbox, on every store kind: what records an event, claims, backoff, fencing, bounds.
@@ -117,6 +119,36 @@ import Testing
             #expect(try await store.webhook(app: app.id) == nil)
             #expect(try await store.webhookOutboxStats() == (0, nil))
             #expect(try await store.setWebhook(nil, app: app.id, now: now + 15) == nil)
+        }
+    }
+
+    /// PostgreSQL: deleting a webhook while a push's transaction is recording its event waits for that transaction, and
+    /// then removes its event too (none is left behind for a later webhook).
+    @Test(.enabled(if: postgresAvailable, "needs BEACON_TEST_POSTGRES_URL"))
+    func deletingAWebhookDuringARecordedOutcomeLeavesNoEvent() async throws {
+        try await StoreKind.postgres.withStore { store in
+            let postgres = try #require(store as? PostgresStore)
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await store.setWebhook(Self.config, app: app.id, now: now)
+            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
+            try await Self.route(store, app, 1, [Self.job("phone")])
+            #expect(try await store.webhook(app: app.id)?.pendingEvents == 0)
+            let (deleted, deletedSink) = AsyncStream.makeStream(of: Void.self)
+            try await postgres.client.withTransaction(logger: postgres.logger) { connection in
+                // The job's outcome, recorded by the trigger inside this open transaction.
+                try await connection.query("UPDATE push_jobs SET status = 'failed', updated_at = \(now + 1) WHERE app_id = \(app.id)", logger: postgres.logger)
+                Task {
+                    try await store.setWebhook(nil, app: app.id, now: now + 2)
+                    deletedSink.finish()
+                }
+                // The deletion cannot finish while this transaction holds its key-share lock on the webhook.
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            for await _ in deleted {}
+            #expect(try await store.webhook(app: app.id) == nil)
+            let left = try await postgres.rows("SELECT COUNT(*) AS n FROM webhook_events WHERE app_id = \(app.id)")
+            #expect(try left.first.map { try $0["n"].decode(Int64.self) } == 0)
         }
     }
 
