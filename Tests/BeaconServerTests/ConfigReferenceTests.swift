@@ -46,4 +46,20 @@ import Testing
         #expect(documented.count >= 10)
         #expect(documented == offered)
     }
+
+    /// swift-configuration's environment provider reads key `dataDir` from `BEACON_DATA_DIR`: the documented variable of
+    /// every setting with a file key must be that name (except the database URL, read by Beacon itself).
+    @Test func environmentVariablesAreTheNamesTheProviderReads() throws {
+        var checked = 0
+        for row in try Self.output(["config-reference"]).split(separator: "\n").dropFirst(2) {
+            let cells = row.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count > 3, cells[3].hasPrefix("`"), cells[2].hasPrefix("`") else { continue }
+            let key = cells[3].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+            let environment = cells[2].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+            let derived = "BEACON_" + key.map { $0.isUppercase ? "_\($0)" : $0.uppercased() }.joined()
+            #expect(environment == (key == "database" ? "BEACON_DATABASE_URL" : derived), "\(key)")
+            checked += 1
+        }
+        #expect(checked >= 10)
+    }
 }
