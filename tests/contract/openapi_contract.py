@@ -684,6 +684,32 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("getToken", body={"grant_type": "client_credentials", "client_id": credentials["client_id"], "client_secret": "wrong"}, expect=400, error="invalid_grant", label="(wrong secret)")
     c.call("getToken", body={"grant_type": "authorization_code"}, expect=400, error="illegal_argument", label="(unknown grant_type)")
 
+    # --- the console: its page, and sessions that act as the app with a CSRF token --------------------------------------
+    for op_id in ("getConsolePage", "getConsoleScript", "getConsoleStyleSheet"):
+        c.call(op_id)
+    c.call("getConsoleSession", expect=401, error="unauthorized", label="(no cookie)")
+    sign_in = {"org": ORG, "app": APP, "client_id": credentials["client_id"], "client_secret": credentials["client_secret"]}
+    c.call("signInToConsole", body={**sign_in, "client_secret": "wrong"}, expect=400, error="invalid_grant", label="(wrong secret)")
+    c.call("signInToConsole", body={**sign_in, "app": "nope"}, expect=400, error="invalid_grant", label="(unknown app: same answer)")
+    answer = c.call("signInToConsole", body=sign_in)
+    set_cookie = answer.headers.get("set-cookie", "") if answer else ""
+    attributes = [part.strip().lower() for part in set_cookie.split(";")]
+    report.check(
+        set_cookie.startswith("beacon_console=") and "httponly" in attributes and "samesite=strict" in attributes and "path=/" in attributes,
+        "the console session cookie is HttpOnly, SameSite=Strict, Path=/", repr(set_cookie))
+    cookie = {"Cookie": set_cookie.split(";")[0]}
+    csrf = ((answer.json or {}) if answer else {}).get("csrf_token", "")
+    answer = c.call("getConsoleSession", headers=cookie)
+    report.check(((answer.json or {}) if answer else {}).get("csrf_token") == csrf, "the session answers its CSRF token again")
+    answer = c.call("listPushCertificates", headers=cookie, label="(console session)")
+    c.call("deletePushCertificate", {"name": "none"}, headers=cookie, expect=403, error="forbidden_op", label="(console session without CSRF token)")
+    c.call("deletePushCertificate", {"name": "none"}, headers={**cookie, "X-CSRF-Token": "0" * 64}, expect=403, error="forbidden_op", label="(wrong CSRF token)")
+    c.call("deletePushCertificate", {"name": "none"}, headers={**cookie, "X-CSRF-Token": csrf}, expect=404, error="service_resource_not_found", label="(console session with CSRF token)")
+    c.call("signOutOfConsole", headers=cookie, expect=403, error="forbidden_op", label="(no CSRF token)")
+    c.call("signOutOfConsole", headers={**cookie, "X-CSRF-Token": csrf}, expect=204)
+    c.call("getConsoleSession", headers=cookie, expect=401, error="unauthorized", label="(signed out)")
+    c.call("listPushCertificates", headers=cookie, expect=401, error="auth_bad_access_token", label="(ended console session)")
+
     # --- users -------------------------------------------------------------------------------------------------------
     password = "pw-" + secrets.token_hex(4)
     answer = c.call("createUsers", token=app_token, body=[{"username": u, "password": password} for u in ("carol", "dave", "erin")], label="(array)")
