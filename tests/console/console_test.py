@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""The web console, end to end in a real headless Chromium (Playwright driving the system's Chromium: nothing downloads
+a browser).
+
+Runs `beacon serve --demo` in a fresh data directory, signs in with the credentials the demo printed, and checks what an
+app developer does: a wrong secret is refused, the demo's push certificate is listed, a p8 generated here uploads and is
+listed, bad uploads show their error next to the file field, a message sent from the console shows up in Deliveries as
+`sent`, a change without the CSRF token is refused, and sign-out ends the session. It takes screenshots of the main
+pages as it goes: `--screenshots docs/console` refreshes the README's.
+
+Usage: python3 tests/console/console_test.py --beacon .build/debug/beacon [--chromium /usr/bin/chromium] [--screenshots DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from playwright.sync_api import Page, expect, sync_playwright
+
+
+
+class Failures:
+    def __init__(self) -> None:
+        self.count = 0
+        self.passed = 0
+
+    def step(self, name: str, action) -> None:
+        try:
+            action()
+        except Exception as error:  # noqa: BLE001 - every failed check is reported, then the run goes on
+            self.count += 1
+            print(f"FAIL  {name}: {str(error).splitlines()[0] if str(error) else repr(error)}")
+        else:
+            self.passed += 1
+            print(f"PASS  {name}")
+
+
+def start_demo(beacon: str, workdir: Path) -> tuple[subprocess.Popen, str, dict, Path]:
+    log_path = workdir / "beacon.log"
+    log = open(log_path, "w")
+    process = subprocess.Popen(
+        [beacon, "serve", "--demo", "--port", "0", "--data-dir", str(workdir / "data")],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
+    deadline = time.monotonic() + 120
+    text = ""
+    while time.monotonic() < deadline:
+        text = log_path.read_text()
+        if "client secret" in text:
+            break
+        if process.poll() is not None:
+            raise RuntimeError(f"beacon exited early:\n{text}")
+        time.sleep(0.2)
+    url = re.search(r"Or open the console: (http://\S+)/console/", text)
+    client_id = re.search(r"client id\s+(\S+)", text)
+    client_secret = re.search(r"client secret\s+(\S+)", text)
+    if not (url and client_id and client_secret):
+        process.kill()
+        raise RuntimeError(f"the demo did not print the console and its credentials:\n{text}")
+    credentials = {"org": "demo", "app": "chat", "client_id": client_id.group(1), "client_secret": client_secret.group(1)}
+    return process, url.group(1), credentials, log_path
+
+
+def p8_key(workdir: Path) -> Path:
+    key = workdir / "AuthKey_CONSOLE001.p8"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)], check=True,
+                   capture_output=True)
+    return key
+
+
+def sign_in(page: Page, base: str, credentials: dict) -> None:
+    page.goto(f"{base}/console/")
+    page.get_by_label("Organization").fill(credentials["org"])
+    page.get_by_label("App", exact=True).fill(credentials["app"])
+    page.get_by_label("Client id").fill(credentials["client_id"])
+    page.get_by_label("Client secret").fill(credentials["client_secret"])
+    page.get_by_role("button", name="Sign in").click()
+
+
+def upload(page: Page, name: str, file: Path, kind: str = "p8", password: str | None = None) -> None:
+    page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("Kind").select_option(kind)
+    page.get_by_label("Bundle id").fill("com.example.console")
+    page.get_by_label("File").set_input_files(str(file))
+    if kind == "p8":
+        page.get_by_label("Key id").fill("CONSOLE001")
+        page.get_by_label("Team id").fill("CONSOLETM1")
+    elif password is not None:
+        page.get_by_label("Certificate password").fill(password)
+    page.get_by_role("button", name="Upload").click()
+
+
+def run(beacon: str, chromium: str, screenshots: Path) -> int:
+    failures = Failures()
+    workdir = Path(tempfile.mkdtemp(prefix="beacon-console-"))
+    process, base, credentials, log_path = start_demo(beacon, workdir)
+    screenshots.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(15_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+
+            def wrong_secret() -> None:
+                sign_in(page, base, {**credentials, "client_secret": "wrong"})
+                expect(page.locator("#sign-in-error")).to_contain_text("client_secret is wrong")
+                page.screenshot(path=str(screenshots / "sign-in.png"))
+            failures.step("a wrong client secret is refused on the sign-in form", wrong_secret)
+
+            def signed_in() -> None:
+                sign_in(page, base, credentials)
+                expect(page.get_by_role("heading", name="Push certificates")).to_be_visible()
+                expect(page.locator("#app-name")).to_have_text("demo/chat")
+                expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_contain_text("com.example.beacon.demo")
+            failures.step("signing in shows the demo's push certificate", signed_in)
+
+            def session_cookie() -> None:
+                cookie = next(c for c in page.context.cookies() if c["name"] == "beacon_console")
+                assert cookie["httpOnly"], "the session cookie is readable by scripts"
+                assert cookie["sameSite"] == "Strict", cookie["sameSite"]
+                assert "beacon_console" not in page.evaluate("document.cookie"), "document.cookie shows the session"
+            failures.step("the session cookie is HttpOnly and SameSite=Strict", session_cookie)
+
+            key = p8_key(workdir)
+
+            def upload_p8() -> None:
+                upload(page, "console-p8", key)
+                expect(page.locator("#upload-notice")).to_have_text("Uploaded console-p8.")
+                row = page.locator('#certificate-list tr[data-name="console-p8"]')
+                expect(row).to_contain_text("CONSOLE001 / CONSOLETM1")
+                expect(row).to_contain_text("never (token key)")
+                page.screenshot(path=str(screenshots / "certificates.png"), full_page=True)
+            failures.step("a p8 generated here uploads and is listed", upload_p8)
+
+            not_a_key = workdir / "not-a-key.p8"
+            not_a_key.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+
+            def bad_p8() -> None:
+                upload(page, "console-bad", not_a_key)
+                expect(page.locator("#file-error")).not_to_be_empty()
+                expect(page.locator("#file")).to_have_attribute("aria-invalid", "true")
+                expect(page.locator('#certificate-list tr[data-name="console-bad"]')).to_have_count(0)
+            failures.step("a p8 that is not a P-256 key shows its error next to the file", bad_p8)
+
+            garbage = workdir / "garbage.p12"
+            garbage.write_bytes(os.urandom(300))
+
+            def bad_p12() -> None:
+                page.reload()
+                upload(page, "console-bad", garbage, kind="p12", password="secret")
+                expect(page.locator("#file-error, #password-error")).not_to_have_count(0)
+                expect(page.locator("#file-error")).to_contain_text("p12")
+            failures.step("a p12 that is not a certificate shows its error next to the field", bad_p12)
+
+            def delete_certificate() -> None:
+                page.once("dialog", lambda dialog: dialog.accept())
+                page.get_by_role("button", name="Delete console-p8").click()
+                expect(page.locator('#certificate-list tr[data-name="console-p8"]')).to_have_count(0)
+            failures.step("deleting a certificate asks, then removes it", delete_certificate)
+
+            def send_and_see_delivery() -> None:
+                page.get_by_role("link", name="Send a message").click()
+                page.get_by_label("From").fill("alice")
+                page.get_by_label("To", exact=True).fill("bob")
+                page.get_by_label("Text").fill("hello from the console")
+                page.get_by_role("button", name="Send").click()
+                link = page.locator("#send-result a")
+                expect(link).to_contain_text("message ")
+                link.click()
+                row = page.locator("#delivery-list tbody tr").first
+                expect(row).to_contain_text("bob")
+                # The simulator answers quickly; the record moves from pending to sent.
+                deadline = time.monotonic() + 20
+                while "sent" not in row.inner_text() and time.monotonic() < deadline:
+                    time.sleep(0.3)
+                    page.get_by_role("button", name="Filter").click()
+                    row = page.locator("#delivery-list tbody tr").first
+                expect(row.locator("td.status-sent")).to_have_text("sent")
+                page.screenshot(path=str(screenshots / "deliveries.png"), full_page=True)
+            failures.step("a message sent from the console is pushed and shows as sent in Deliveries", send_and_see_delivery)
+
+            def csrf_refused() -> None:
+                status = page.evaluate("""async () => (await fetch('/demo/chat/push/certificates/demo-apns',
+                    {method: 'DELETE', credentials: 'same-origin'})).status""")
+                assert status == 403, f"a DELETE without the CSRF token answered {status}"
+                page.get_by_role("link", name="Push certificates").click()
+                expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_have_count(1)
+            failures.step("a change without the CSRF token is refused", csrf_refused)
+
+            def sign_out() -> None:
+                old = next(c for c in page.context.cookies() if c["name"] == "beacon_console")
+                page.get_by_role("button", name="Sign out").click()
+                expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+                page.reload()
+                expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+                # The old cookie, put back by hand, opens nothing: the session ended on the server.
+                page.context.add_cookies([old])
+                status = page.evaluate("async () => (await fetch('/demo/chat/push/certificates')).status")
+                assert status == 401, f"the ended session still answered {status}"
+            failures.step("sign-out ends the session", sign_out)
+
+            def phone_layout() -> None:
+                phone = browser.new_page(viewport={"width": 390, "height": 844})
+                sign_in(phone, base, credentials)
+                expect(phone.get_by_role("heading", name="Push certificates")).to_be_visible()
+                width = phone.evaluate("document.documentElement.scrollWidth")
+                assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+                phone.close()
+            failures.step("readable on a phone screen (no horizontal scrolling)", phone_layout)
+
+            failures.step("no script errors", lambda: (_ for _ in ()).throw(AssertionError("; ".join(errors))) if errors else None)
+            browser.close()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        if failures.count:
+            print(log_path.read_text()[-4000:])
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{failures.passed} passed, {failures.count} failed")
+    return 1 if failures.count else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--beacon", required=True)
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    parser.add_argument("--screenshots", help="where to save screenshots (default: a temporary directory)")
+    args = parser.parse_args()
+    screenshots = Path(args.screenshots) if args.screenshots else Path(tempfile.mkdtemp(prefix="beacon-console-shots-"))
+    return run(str(Path(args.beacon).resolve()), args.chromium, screenshots.resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
