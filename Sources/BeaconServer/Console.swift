@@ -10,8 +10,8 @@ import Hummingbird
 ///
 /// Signing in with the app's client credentials (what `POST /{org}/{app}/token` takes) opens a session: a random id in an
 /// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a TLS proxy), of which the store keeps only a digest. The REST
-/// API takes that cookie as it takes an app token (`API.caller`), with no other rights; every request that changes
-/// something must also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime` or at sign-out.
+/// API takes that cookie as it takes an app token (`API.caller`), with no other rights; every request made with it must
+/// also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime` or at sign-out.
 struct Console {
     let api: API
 
@@ -138,7 +138,7 @@ struct Console {
         let expected = Data(csrfToken(for: sessionID).utf8)
         guard let given = request.headers[csrfHeader], Data(given.utf8).count == expected.count,
             zip(Data(given.utf8), expected).reduce(0, { $0 | ($1.0 ^ $1.1) }) == 0
-        else { throw BeaconError(.forbidden, "a console request that changes something needs the session's X-CSRF-Token header") }
+        else { throw BeaconError(.forbidden, "a request with the console session needs the session's X-CSRF-Token header") }
     }
 
     /// The session cookie (an empty value with `maxAge` 0 removes it). `Secure` when the browser came over TLS, as a
@@ -150,14 +150,15 @@ struct Console {
 }
 
 extension API {
-    /// The console session in the request's cookie, as an app caller of `app`; nil without a cookie. A request that may
-    /// change something (any method but GET and HEAD) must carry the session's CSRF token.
+    /// The console session in the request's cookie, as an app caller of `app`; nil without a cookie. Every request made
+    /// with it must carry the session's CSRF token, reads too: some Easemob-compatible GET routes change things
+    /// (`GET …/disconnect`), and a read needs no exception.
     func consoleCaller(_ request: Request, app: AppRecord) async throws -> Caller? {
         guard let id = request.cookies[Console.cookieName]?.value, !id.isEmpty else { return nil }
         guard let session = try await store.consoleSession(digest: Console.digest(of: id), now: clock()), session.app == app.id else {
             throw BeaconError(.badAccessToken, "the console session expired or is not for this app; sign in again")
         }
-        if request.method != .get && request.method != .head { try Console.checkCSRF(request, sessionID: id) }
+        try Console.checkCSRF(request, sessionID: id)
         return .app
     }
 }

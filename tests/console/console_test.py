@@ -191,9 +191,12 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 status = page.evaluate("""async () => (await fetch('/demo/chat/push/certificates/demo-apns',
                     {method: 'DELETE', credentials: 'same-origin'})).status""")
                 assert status == 403, f"a DELETE without the CSRF token answered {status}"
+                # Easemob's GET …/disconnect logs a user out: a GET made with the cookie needs the token too.
+                status = page.evaluate("async () => (await fetch('/demo/chat/users/bob/disconnect')).status")
+                assert status == 403, f"a GET disconnect without the CSRF token answered {status}"
                 page.get_by_role("link", name="Push certificates").click()
                 expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_have_count(1)
-            failures.step("a change without the CSRF token is refused", csrf_refused)
+            failures.step("a request without the CSRF token is refused (a change, and a GET that changes)", csrf_refused)
 
             def sign_out() -> None:
                 old = next(c for c in page.context.cookies() if c["name"] == "beacon_console")

@@ -701,14 +701,15 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     csrf = ((answer.json or {}) if answer else {}).get("csrf_token", "")
     answer = c.call("getConsoleSession", headers=cookie)
     report.check(((answer.json or {}) if answer else {}).get("csrf_token") == csrf, "the session answers its CSRF token again")
-    answer = c.call("listPushCertificates", headers=cookie, label="(console session)")
+    c.call("listPushCertificates", headers={**cookie, "X-CSRF-Token": csrf}, label="(console session)")
+    c.call("disconnectUser", {"username": "nobody"}, headers=cookie, expect=403, error="forbidden_op", label="(console session, a GET without CSRF token)")
     c.call("deletePushCertificate", {"name": "none"}, headers=cookie, expect=403, error="forbidden_op", label="(console session without CSRF token)")
     c.call("deletePushCertificate", {"name": "none"}, headers={**cookie, "X-CSRF-Token": "0" * 64}, expect=403, error="forbidden_op", label="(wrong CSRF token)")
     c.call("deletePushCertificate", {"name": "none"}, headers={**cookie, "X-CSRF-Token": csrf}, expect=404, error="service_resource_not_found", label="(console session with CSRF token)")
     c.call("signOutOfConsole", headers=cookie, expect=403, error="forbidden_op", label="(no CSRF token)")
     c.call("signOutOfConsole", headers={**cookie, "X-CSRF-Token": csrf}, expect=204)
     c.call("getConsoleSession", headers=cookie, expect=401, error="unauthorized", label="(signed out)")
-    c.call("listPushCertificates", headers=cookie, expect=401, error="auth_bad_access_token", label="(ended console session)")
+    c.call("listPushCertificates", headers={**cookie, "X-CSRF-Token": csrf}, expect=401, error="auth_bad_access_token", label="(ended console session)")
 
     # --- users -------------------------------------------------------------------------------------------------------
     password = "pw-" + secrets.token_hex(4)

@@ -1,5 +1,5 @@
 // Beacon console: a small script over Beacon's own REST API (no framework, nothing fetched from elsewhere).
-// The session is an HttpOnly cookie this script never sees; changes carry the session's CSRF token.
+// The session is an HttpOnly cookie this script never sees; every request carries the session's CSRF token.
 "use strict";
 
 const console_ = {
@@ -21,7 +21,7 @@ async function call(method, path, body) {
   const url = path.startsWith("/console/") ? path : `/${encodeURIComponent(session.org)}/${encodeURIComponent(session.app)}/${path}`;
   const headers = { Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  if (session && method !== "GET") headers["X-CSRF-Token"] = session.csrf_token;
+  if (session) headers["X-CSRF-Token"] = session.csrf_token;
   const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), credentials: "same-origin" });
   const text = await response.text();
   let json = null;
