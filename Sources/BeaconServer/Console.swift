@@ -18,6 +18,7 @@ struct Console {
     static let cookieName = "beacon_console"
     // From literal valid tokens: the initializers cannot fail, and no input reaches them.
     static let csrfHeader = HTTPField.Name("X-CSRF-Token")!
+    private static let fetchSite = HTTPField.Name("Sec-Fetch-Site")!
     private static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
     private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
     /// Eight hours (ms): a working day, then sign in again.
@@ -72,6 +73,13 @@ struct Console {
     }
 
     @Sendable func signIn(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        // JSON only: a form on another site can post text/plain that parses as JSON, and would sign the browser in to the
+        // attacker's app (a request with a JSON type from another site needs CORS, which Beacon never grants).
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
+            throw BeaconError.illegal("sign in with Content-Type: application/json")
+        }
+        try Self.refuseOtherSites(request)
+        let previous = try Self.sessionID(in: request)
         let body = try await api.body(SignIn.self, from: request)
         let key: AppKey
         do {
@@ -79,7 +87,7 @@ struct Console {
         } catch {
             throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong")
         }
-        // One answer for an unknown app and wrong credentials: the form does not tell which apps exist.
+        // One answer for an unknown app and wrong credentials (other routes do answer organization_application_not_found).
         guard let app = try await api.store.app(key), body.clientID == app.clientID,
             Credentials.hashSecret(body.clientSecret) == app.clientSecretHash
         else { throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong") }
@@ -87,7 +95,9 @@ struct Console {
         let now = api.clock()
         let session = ConsoleSession(digest: Self.digest(of: id), app: app.id, createdAt: now, expiresAt: now + Self.lifetime)
         try await api.store.createConsoleSession(session, now: now)
-        var response = API.json(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+        // The session this browser had before ends: one browser, one session.
+        if let previous { _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: previous)) }
+        var response = Self.private(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
         response.setCookie(Self.cookie(id, request: request, maxAge: Int(Self.lifetime / 1000)))
         return response
     }
@@ -95,7 +105,14 @@ struct Console {
     @Sendable func currentSession(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let (id, session) = try await requireSession(request)
         guard let app = try await api.store.app(id: session.app) else { throw BeaconError(.unauthorized, "not signed in") }
-        return API.json(SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+        return Self.private(SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+    }
+
+    /// A session's answer: it holds the CSRF token, so no cache keeps it.
+    private static func `private`(_ view: SessionView) -> Response {
+        var response = API.json(view)
+        response.headers[.cacheControl] = "no-store"
+        return response
     }
 
     @Sendable func signOut(_ request: Request, _ context: some RequestContext) async throws -> Response {
@@ -108,13 +125,37 @@ struct Console {
     }
 
     private func requireSession(_ request: Request) async throws -> (id: String, session: ConsoleSession) {
-        guard let id = request.cookies[Self.cookieName]?.value, !id.isEmpty,
+        guard let id = try Self.sessionID(in: request),
             let session = try await api.store.consoleSession(digest: Self.digest(of: id), now: api.clock())
         else { throw BeaconError(.unauthorized, "not signed in, or the session expired") }
         return (id, session)
     }
 
     // MARK: Session ids and CSRF tokens
+
+    /// The session id in the request's cookie; nil without one. Refused when the request comes from another site (the
+    /// browser's `Sec-Fetch-Site`), and when the cookie comes twice: a cookie planted with a longer path (by a sibling
+    /// subdomain, or over plain HTTP) would be sent first and pin the browser to another session.
+    static func sessionID(in request: Request) throws -> String? {
+        let ids = request.headers[values: .cookie].flatMap { $0.split(separator: ";") }.compactMap { pair -> Substring? in
+            let trimmed = pair.drop { $0 == " " }
+            guard trimmed.hasPrefix(cookieName + "=") else { return nil }
+            return trimmed.dropFirst(cookieName.count + 1)
+        }
+        guard let id = ids.first, !id.isEmpty else { return nil }
+        guard ids.count == 1 else {
+            throw BeaconError(.unauthorized, "the console cookie came twice (one was planted by another site): clear this site's cookies")
+        }
+        try refuseOtherSites(request)
+        return String(id)
+    }
+
+    /// Throws `forbidden_op` when the browser says the request comes from another site (`Sec-Fetch-Site`).
+    static func refuseOtherSites(_ request: Request) throws {
+        if let site = request.headers[fetchSite]?.lowercased(), site != "same-origin", site != "none" {
+            throw BeaconError(.forbidden, "console requests from another site are refused")
+        }
+    }
 
     /// 32 random bytes, base64url: unguessable, and valid in a cookie.
     static func newSessionID() -> String {
@@ -154,7 +195,7 @@ extension API {
     /// with it must carry the session's CSRF token, reads too: some Easemob-compatible GET routes change things
     /// (`GET …/disconnect`), and a read needs no exception.
     func consoleCaller(_ request: Request, app: AppRecord) async throws -> Caller? {
-        guard let id = request.cookies[Console.cookieName]?.value, !id.isEmpty else { return nil }
+        guard let id = try Console.sessionID(in: request) else { return nil }
         guard let session = try await store.consoleSession(digest: Console.digest(of: id), now: clock()), session.app == app.id else {
             throw BeaconError(.badAccessToken, "the console session expired or is not for this app; sign in again")
         }

@@ -200,7 +200,7 @@ function uploadForm(onUploaded) {
     const body = {
       name: form.elements.name.value.trim(), kind: kind.value, environment: environment.value,
       bundle_id: form.elements.bundle_id.value.trim(), voip: form.elements.voip.checked,
-      file: kind.value === "p8" ? new TextDecoder().decode(bytes) : btoa(String.fromCharCode(...bytes)),
+      file: kind.value === "p8" ? new TextDecoder().decode(bytes) : base64(bytes),
     };
     if (kind.value === "p8") { body.key_id = form.elements.key_id.value.trim(); body.team_id = form.elements.team_id.value.trim(); }
     else body.password = form.elements.password.value;
@@ -218,6 +218,13 @@ function uploadForm(onUploaded) {
     }
   });
   return form;
+}
+
+/** Base64 of any size (a spread of every byte into one call fails for large files). */
+function base64(bytes) {
+  let text = "";
+  for (let start = 0; start < bytes.length; start += 0x8000) text += String.fromCharCode(...bytes.subarray(start, start + 0x8000));
+  return btoa(text);
 }
 
 /** The upload field an `illegal_argument` description is about, from the field name it starts with. */
@@ -262,7 +269,7 @@ async function deliveriesPage() {
   results.replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, ["Message", "User", "Device", "Certificate", "Type", "Status", "Reason", "APNs", "Attempts", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, records.map((r) => el("tr", {},
-      el("td", { class: "mono" }, el("a", { href: `#/deliveries?message_id=${r.message_id}` }, r.message_id)),
+      el("td", { class: "mono" }, el("a", { href: `#/deliveries?message_id=${encodeURIComponent(r.message_id)}` }, r.message_id)),
       el("td", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(r.username)}` }, r.username)),
       el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", {}, r.push_type),
       el("td", { class: `status-${r.status}` }, r.status), el("td", {}, r.reason || ""),
@@ -298,7 +305,7 @@ async function sendPage() {
       const answer = await call("POST", `messages/${chatType.value}`, body);
       const ids = Object.entries(answer.data || {});
       form.querySelector("#send-result").replaceChildren(el("p", { class: "notice" }, "Sent."),
-        el("ul", {}, ids.map(([receiver, id]) => el("li", {}, `${receiver}: `, el("a", { href: `#/deliveries?message_id=${id}` }, `message ${id}`)))));
+        el("ul", {}, ids.map(([receiver, id]) => el("li", {}, `${receiver}: `, el("a", { href: `#/deliveries?message_id=${encodeURIComponent(id)}` }, `message ${id}`)))));
     } catch (error) {
       form.querySelector("#send-error").textContent = error.message;
     }
