@@ -215,19 +215,30 @@ public final class PostgresStore: BeaconStore {
     }
 
     public func user(_ username: String, app: Int64) async throws -> UserRecord? {
+        try await rows("SELECT \(unescaped: Self.userColumns) FROM users WHERE app_id = \(app) AND username = \(username)").first.map(Self.userRecord)
+    }
+
+    public func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord] {
         try await rows(
             """
-            SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
-            FROM users WHERE app_id = \(app) AND username = \(username)
+            SELECT \(unescaped: Self.userColumns) FROM users
+            WHERE app_id = \(app) AND (\(after)::text IS NULL OR username COLLATE "C" > \(after)::text)
+                AND (\(prefix)::text IS NULL OR starts_with(username, \(prefix)::text))
+            ORDER BY username COLLATE "C" LIMIT \(max(limit, 0))
             """
-        ).first.map { row in
-            UserRecord(
-                appID: try row["app_id"].decode(Int64.self), username: try row["username"].decode(String.self),
-                uuid: try row["uuid"].decode(String.self), passwordHash: try row["password_hash"].decode(String.self),
-                nickname: try row["nickname"].decode(String?.self), timezone: try row["timezone"].decode(String?.self),
-                createdAt: try row["created_at"].decode(Int64.self), modifiedAt: try row["modified_at"].decode(Int64.self),
-                tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self), displayStyle: try row["display_style"].decode(Int.self))
-        }
+        ).map(Self.userRecord)
+    }
+
+    private static let userColumns =
+        "app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style"
+
+    private static func userRecord(_ row: PostgresRandomAccessRow) throws -> UserRecord {
+        UserRecord(
+            appID: try row["app_id"].decode(Int64.self), username: try row["username"].decode(String.self),
+            uuid: try row["uuid"].decode(String.self), passwordHash: try row["password_hash"].decode(String.self),
+            nickname: try row["nickname"].decode(String?.self), timezone: try row["timezone"].decode(String?.self),
+            createdAt: try row["created_at"].decode(Int64.self), modifiedAt: try row["modified_at"].decode(Int64.self),
+            tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self), displayStyle: try row["display_style"].decode(Int.self))
     }
 
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {

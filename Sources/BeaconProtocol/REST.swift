@@ -226,10 +226,12 @@ public struct Envelope<Data: Codable & Sendable>: Sendable, Codable {
     public var data: Data?
     public var entities: Data?
     public var count: Int?
+    /// Where the next page starts (pass it back as `cursor`); absent on the last page.
+    public var cursor: String?
 
     public init(
         action: String, organization: String, application: String, applicationName: String, path: String, uri: String,
-        timestamp: Int64, data: Data? = nil, entities: Data? = nil, count: Int? = nil
+        timestamp: Int64, data: Data? = nil, entities: Data? = nil, count: Int? = nil, cursor: String? = nil
     ) {
         self.action = action
         self.organization = organization
@@ -242,6 +244,7 @@ public struct Envelope<Data: Codable & Sendable>: Sendable, Codable {
         self.data = data
         self.entities = entities
         self.count = count
+        self.cursor = cursor
     }
 }
 

@@ -352,12 +352,31 @@ public final class SQLiteStore: BeaconStore {
     }
 
     private static func user(_ username: String, app: Int64, db: Database) throws -> UserRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM users WHERE app_id = ? AND username = ?", arguments: [app, username]).map { row in
-            UserRecord(
-                appID: row["app_id"], username: row["username"], uuid: row["uuid"], passwordHash: row["password_hash"],
-                nickname: row["nickname"], timezone: row["timezone"], createdAt: row["created_at"],
-                modifiedAt: row["modified_at"], tokensValidAfter: row["tokens_valid_after"], displayStyle: row["display_style"])
+        try Row.fetchOne(db, sql: "SELECT * FROM users WHERE app_id = ? AND username = ?", arguments: [app, username]).map(userRecord)
+    }
+
+    public func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM users WHERE app_id = ? AND (? IS NULL OR username > ?)
+                        AND (? IS NULL OR substr(username, 1, length(?)) = ?)
+                    ORDER BY username LIMIT ?
+                    """,
+                arguments: [app, after, after, prefix, prefix, prefix, max(limit, 0)]
+            ).map(Self.userRecord)
         }
+    }
+
+    /// A `users` row (a damaged one throws instead of trapping).
+    private static func userRecord(_ row: Row) throws -> UserRecord {
+        UserRecord(
+            appID: try row.decode(forColumn: "app_id"), username: try row.decode(forColumn: "username"), uuid: try row.decode(forColumn: "uuid"),
+            passwordHash: try row.decode(forColumn: "password_hash"), nickname: try row.decode(forColumn: "nickname"),
+            timezone: try row.decode(forColumn: "timezone"), createdAt: try row.decode(forColumn: "created_at"),
+            modifiedAt: try row.decode(forColumn: "modified_at"), tokensValidAfter: try row.decode(forColumn: "tokens_valid_after"),
+            displayStyle: try row.decode(forColumn: "display_style"))
     }
 
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {

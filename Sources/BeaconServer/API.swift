@@ -110,14 +110,19 @@ struct API: Sendable {
     }
 
     /// An Easemob success envelope with `entities`.
-    func respond<T: Codable & Sendable>(_ request: Request, app: AppRecord, action: String, entities: T, count: Int? = nil) -> Response {
-        Self.json(envelope(request, app: app, action: action, data: nil, entities: entities, count: count))
+    func respond<T: Codable & Sendable>(
+        _ request: Request, app: AppRecord, action: String, entities: T, count: Int? = nil, cursor: String? = nil
+    ) -> Response {
+        Self.json(envelope(request, app: app, action: action, data: nil, entities: entities, count: count, cursor: cursor))
     }
 
-    private func envelope<T>(_ request: Request, app: AppRecord, action: String, data: T?, entities: T?, count: Int?) -> Envelope<T> {
+    private func envelope<T>(
+        _ request: Request, app: AppRecord, action: String, data: T?, entities: T?, count: Int?, cursor: String? = nil
+    ) -> Envelope<T> {
         Envelope(
             action: action, organization: app.key.org, application: String(app.id), applicationName: app.key.name,
-            path: request.uri.path, uri: request.uri.description, timestamp: clock(), data: data, entities: entities, count: count)
+            path: request.uri.path, uri: request.uri.description, timestamp: clock(), data: data, entities: entities, count: count,
+            cursor: cursor)
     }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {

@@ -45,6 +45,7 @@ struct Routes {
         }
         add(.post, "token", token)
         add(.post, "users", createUsers)
+        add(.get, "users", listUsers)
         add(.get, "users/:username", getUser)
         add(.put, "users/:username", updateUser)
         add(.delete, "users/:username", deleteUser)
@@ -151,6 +152,37 @@ struct Routes {
         }
         let created = try await store.createUsers(newUsers, app: app.id, now: api.clock())
         return api.respond(request, app: app, action: "post", entities: created.map(entity))
+    }
+
+    /// Easemob's `GET /users?limit=&cursor=`, plus `prefix` (the console's search). The cursor is the last username of
+    /// the page, base64url (opaque to clients).
+    @Sendable func listUsers(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let query = request.uri.queryParameters
+        let limit = min(max(query.get("limit").flatMap { Int($0) } ?? 10, 1), 100)
+        var after: String?
+        if let cursor = query.get("cursor"), !cursor.isEmpty {
+            guard let decoded = Self.decodeCursor(cursor) else { throw BeaconError.illegal("cursor is not one this API gave") }
+            after = decoded
+        }
+        let prefix = query.get("prefix").flatMap { $0.isEmpty ? nil : $0 }
+        let users = try await store.users(app: app.id, after: after, prefix: prefix, limit: limit + 1)
+        let page = Array(users.prefix(limit))
+        let cursor = users.count > limit ? page.last.map { Self.encodeCursor($0.username) } : nil
+        return api.respond(request, app: app, action: "get", entities: page.map(entity), count: page.count, cursor: cursor)
+    }
+
+    private static func encodeCursor(_ username: String) -> String {
+        Data(username.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    private static func decodeCursor(_ cursor: String) -> String? {
+        guard cursor.utf8.count <= 1024 else { return nil }
+        var base64 = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
+        return Data(base64Encoded: base64).flatMap { String(data: $0, encoding: .utf8) }
     }
 
     @Sendable func getUser(_ request: Request, _ context: some RequestContext) async throws -> Response {

@@ -26,6 +26,8 @@ public protocol BeaconStore: Sendable {
     /// Creates all users or none; fails with `duplicate` naming the first that exists.
     func createUsers(_ users: [NewUser], app: Int64, now: Int64) async throws -> [UserRecord]
     func user(_ username: String, app: Int64) async throws -> UserRecord?
+    /// Users in username order (bytewise), after `after` when given, whose name starts with `prefix` when given.
+    func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord]
     /// The subset of `usernames` that exist.
     func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String>
     /// Applies `changes`; returns the updated user, or nil if there is none.

@@ -29,3 +29,29 @@ import Testing
         }
     }
 }
+
+/// Listing users, as the console's user search and `GET /{org}/{app}/users` page through them.
+@Suite struct UserListingConformanceTests {
+    @Test(arguments: StoreKind.available)
+    func usersArePagedInBytewiseOrderAndFoundByPrefix(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let names = ["bob", "Bob", "alice", "bobby", "b_b", "carol", "bé"]
+            _ = try await store.createUsers(names.map { NewUser(username: $0, passwordHash: "h") }, app: app.id, now: now)
+            let other = try await store.createApp(AppKey(org: "acme", name: "other"), clientID: "i2", clientSecretHash: "h2", limits: .default, now: now)
+            _ = try await store.createUsers([NewUser(username: "bob", passwordHash: "h")], app: other.id, now: now)
+
+            let sorted = names.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+            #expect(try await store.users(app: app.id, after: nil, prefix: nil, limit: 100).map(\.username) == sorted)
+            let first = try await store.users(app: app.id, after: nil, prefix: nil, limit: 3).map(\.username)
+            #expect(first == Array(sorted.prefix(3)))
+            #expect(try await store.users(app: app.id, after: first.last, prefix: nil, limit: 100).map(\.username) == Array(sorted.dropFirst(3)))
+            // Prefixes are literal (no pattern characters) and case-sensitive.
+            #expect(try await store.users(app: app.id, after: nil, prefix: "bo", limit: 100).map(\.username) == ["bob", "bobby"])
+            #expect(try await store.users(app: app.id, after: nil, prefix: "b_", limit: 100).map(\.username) == ["b_b"])
+            #expect(try await store.users(app: app.id, after: "bob", prefix: "bo", limit: 100).map(\.username) == ["bobby"])
+            #expect(try await store.users(app: app.id, after: nil, prefix: "z", limit: 100).isEmpty)
+            #expect(try await store.users(app: app.id, after: nil, prefix: nil, limit: 0).isEmpty)
+        }
+    }
+}

@@ -717,6 +717,15 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     report.check(sorted(e.get("username") for e in entities_of(answer)) == ["carol", "dave", "erin"], "createUsers answers the three users")
     c.call("createUsers", token=app_token, body={"username": "frank", "password": password, "nickname": "Frank"}, label="(one object)")
     c.call("createUsers", token=app_token, body={"username": "carol", "password": password}, expect=400, error="duplicate_unique_property_exists", label="(existing user)")
+    answer = c.call("listUsers", token=app_token, query={"limit": "2"}, label="(first page)")
+    first = [e.get("username") for e in entities_of(answer)]
+    cursor = (answer.json or {}).get("cursor") if answer else None
+    report.check(first == ["carol", "dave"] and bool(cursor), "listUsers pages in username order with a cursor", repr((first, cursor)))
+    answer = c.call("listUsers", token=app_token, query={"limit": "2", "cursor": cursor or ""}, label="(next page)")
+    report.check([e.get("username") for e in entities_of(answer)] == ["erin", "frank"], "the cursor gives the next page", repr(entities_of(answer)))
+    answer = c.call("listUsers", token=app_token, query={"prefix": "er"}, label="(prefix)")
+    report.check([e.get("username") for e in entities_of(answer)] == ["erin"] and "cursor" not in (answer.json or {}), "listUsers finds by prefix; no cursor on the last page")
+    c.call("listUsers", token=app_token, query={"cursor": "%%%"}, expect=400, error="illegal_argument", label="(foreign cursor)")
     c.call("createUsers", token=app_token, raw=b'{"username":"big","password":"' + b"x" * (300 * 1024) + b'"}', content_type="application/json", expect=413, error="request_entity_too_large", label="(body over 256 KB)")
 
     tokens = {}
