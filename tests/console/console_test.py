@@ -187,6 +187,31 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.screenshot(path=str(screenshots / "deliveries.png"), full_page=True)
             failures.step("a message sent from the console is pushed and shows as sent in Deliveries", send_and_see_delivery)
 
+            def dnd_skips_the_next_push() -> None:
+                page.get_by_role("link", name="Users").click()
+                page.get_by_label("Username starts with").fill("bo")
+                page.get_by_role("button", name="Search").click()
+                expect(page.locator("#user-list tbody tr")).to_have_count(1)
+                page.get_by_role("link", name="bob", exact=True).click()
+                expect(page.get_by_role("heading", name="User bob")).to_be_visible()
+                expect(page.locator('#device-list tr[data-device="bob-iphone"]')).to_contain_text("demo-apns")
+                page.get_by_label("Do not disturb for (minutes)").fill("60")
+                page.get_by_role("button", name="Save").click()
+                expect(page.locator("#settings-notice")).to_have_text("Saved.")
+                page.reload()
+                expect(page.locator("#dnd_minutes-hint")).to_contain_text("Now silent until")
+                page.screenshot(path=str(screenshots / "user.png"), full_page=True)
+                page.get_by_role("link", name="Send a message").click()
+                page.get_by_label("From").fill("alice")
+                page.get_by_label("To", exact=True).fill("bob")
+                page.get_by_label("Text").fill("quiet please")
+                page.get_by_role("button", name="Send").click()
+                page.locator("#send-result a").click()
+                row = page.locator("#delivery-list tbody tr").first
+                expect(row.locator("td.status-skipped")).to_have_text("skipped")
+                expect(row).to_contain_text("dnd")
+            failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd", dnd_skips_the_next_push)
+
             def csrf_refused() -> None:
                 status = page.evaluate("""async () => (await fetch('/demo/chat/push/certificates/demo-apns',
                     {method: 'DELETE', credentials: 'same-origin'})).status""")

@@ -277,6 +277,125 @@ async function deliveriesPage() {
       el("td", {}, String(r.attempts)), el("td", {}, time(r.updated)))))));
 }
 
+// MARK: Users
+
+async function usersPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const form = el("form", { class: "card filters", id: "user-search", role: "search" },
+    field("Username starts with", "prefix", el("input", { type: "search", value: params.get("prefix") || "" })),
+    el("button", { type: "submit" }, "Search"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const prefix = form.elements.prefix.value.trim();
+    location.hash = prefix ? `#/users?prefix=${encodeURIComponent(prefix)}` : "#/users";
+  });
+  const list = el("div", { class: "table-wrap", id: "user-list" }, "Loading…");
+  show("Users", form, list);
+  const query = new URLSearchParams({ limit: "50" });
+  for (const name of ["prefix", "cursor"]) if (params.get(name)) query.set(name, params.get(name));
+  const answer = await call("GET", `users?${query}`);
+  if (!answer.entities.length) { list.replaceChildren(el("p", {}, "No user matches.")); return; }
+  const next = new URLSearchParams(params);
+  if (answer.cursor) next.set("cursor", answer.cursor);
+  list.replaceChildren(
+    el("table", {},
+      el("thead", {}, el("tr", {}, ["Username", "Nickname", "Time zone", "Created"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, answer.entities.map((u) => el("tr", {},
+        el("td", {}, el("a", { href: `#/user?name=${encodeURIComponent(u.username)}` }, u.username)),
+        el("td", {}, u.nickname || ""), el("td", {}, u.timezone || ""), el("td", {}, time(u.created)))))),
+    answer.cursor ? el("p", {}, el("a", { href: `#/users?${next}` }, "Next page")) : null);
+}
+
+async function userPage() {
+  const name = new URLSearchParams(location.hash.split("?")[1] || "").get("name") || "";
+  const path = `users/${encodeURIComponent(name)}`;
+  const [user, bindings, settings] = await Promise.all([
+    call("GET", path), call("GET", `${path}/push/binding`), call("GET", `${path}/notification/user/${encodeURIComponent(name)}`)]);
+  const entity = user.entities[0];
+  const devices = el("div", { class: "table-wrap", id: "device-list" });
+  renderDevices(devices, path, bindings.entities);
+  show(`User ${name}`,
+    el("p", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(name)}` }, `${name}'s push records`)),
+    el("section", { class: "card" }, el("h2", {}, "Devices"), devices, kickButton(path, name)),
+    settingsForm(path, name, entity, settings.data));
+}
+
+function renderDevices(target, path, bindings) {
+  if (!bindings.length) { target.replaceChildren(el("p", {}, "No device is bound for push.")); return; }
+  target.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ["Device", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, bindings.map((b) => {
+      const unbind = el("button", { type: "button", class: "danger", "aria-label": `Unbind ${b.device_id}` }, "Unbind");
+      unbind.addEventListener("click", async () => {
+        if (!window.confirm(`Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`)) return;
+        await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name });
+        renderDevices(target, path, (await call("GET", `${path}/push/binding`)).entities);
+      });
+      return el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), el("td", {}, b.notifier_name),
+        el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""), el("td", {}, unbind));
+    }))));
+}
+
+function kickButton(path, name) {
+  const status = el("p", { class: "notice", role: "status" });
+  const kick = el("button", { type: "button", class: "secondary", id: "kick" }, "Log out everywhere");
+  kick.addEventListener("click", async () => {
+    if (!window.confirm(`Log ${name} out on every device? Their tokens are revoked and their devices unbound.`)) return;
+    await call("POST", `${path}/disconnect`);
+    status.textContent = `${name} was logged out everywhere.`;
+  });
+  return el("div", {}, kick, status);
+}
+
+function settingsForm(path, name, user, settings) {
+  const silentUntil = settings.ignoreDuration || null;
+  const mode = el("select", {}, ["ALL", "AT", "NONE"].map((m) => el("option", { value: m, selected: (settings.type || "ALL") === m },
+    { ALL: "every message", AT: "only mentions", NONE: "nothing" }[m])));
+  const style = el("select", {}, el("option", { value: "0", selected: user.notification_display_style !== 1 }, "“You have a new message”"),
+    el("option", { value: "1", selected: user.notification_display_style === 1 }, "sender and text"));
+  const form = el("form", { class: "card", id: "push-settings", novalidate: true },
+    el("h2", {}, "Push settings"),
+    field("Push for", "mode", mode),
+    field("Quiet hours", "quiet_hours", el("input", { type: "text", value: settings.ignoreInterval || "", placeholder: "22:00-07:00" }),
+      `Every day, in ${name}'s time zone (${user.timezone || "the app's default"}); empty for none.`),
+    field("Do not disturb for (minutes)", "dnd_minutes", el("input", { type: "text", inputmode: "numeric", value: "" }),
+      silentUntil ? `Now silent until ${time(silentUntil)}; 0 ends it.` : "Silences every push from now on; 0 or empty for none."),
+    field("Shown as", "display_style", style),
+    field("Nickname in pushes", "nickname", el("input", { type: "text", value: user.nickname || "" })),
+    el("p", { class: "form-error", id: "settings-error", role: "alert" }),
+    el("p", { class: "notice", id: "settings-notice", role: "status" }),
+    el("button", { type: "submit" }, "Save"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    form.querySelector("#settings-notice").textContent = "";
+    const body = { type: mode.value, ignoreInterval: form.elements.quiet_hours.value.trim() };
+    const minutes = form.elements.dnd_minutes.value.trim();
+    if (minutes !== "") {
+      if (!/^[0-9]+$/.test(minutes)) { setFieldError(form, "dnd_minutes", "A whole number of minutes."); return; }
+      body.ignoreDuration = Number(minutes) * 60000;
+    }
+    try {
+      await call("PUT", `${path}/notification/user/${encodeURIComponent(name)}`, body);
+    } catch (error) {
+      const target = /ignoreInterval/.test(error.message) ? "quiet_hours" : /ignoreDuration/.test(error.message) ? "dnd_minutes" : null;
+      if (target) setFieldError(form, target, error.message); else form.querySelector("#settings-error").textContent = error.message;
+      return;
+    }
+    const changes = { notification_display_style: Number(style.value) };
+    const nickname = form.elements.nickname.value.trim();
+    if (nickname && nickname !== (user.nickname || "")) changes.nickname = nickname;
+    try {
+      await call("PUT", path, changes);
+    } catch (error) {
+      setFieldError(form, "nickname", error.message);
+      return;
+    }
+    form.querySelector("#settings-notice").textContent = "Saved.";
+  });
+  return form;
+}
+
 // MARK: Sending a message
 
 async function sendPage() {
@@ -315,14 +434,14 @@ async function sendPage() {
 
 // MARK: Routing
 
-const pages = { "#/certificates": certificatesPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
+const pages = { "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
 
 async function route() {
   if (!console_.session) return;
   const path = location.hash.split("?")[0];
   const page = pages[path] || certificatesPage;
   document.querySelectorAll("nav a").forEach((a) => {
-    if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
+    if (a.getAttribute("href") === path || (path === "#/user" && a.getAttribute("href") === "#/users")) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   });
   try {
