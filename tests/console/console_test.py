@@ -212,6 +212,20 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(row).to_contain_text("dnd")
             failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd", dnd_skips_the_next_push)
 
+            def policy() -> None:
+                page.get_by_role("link", name="Policy").click()
+                page.get_by_label("Default time zone").fill("Mars/Olympus")
+                page.get_by_role("button", name="Save").click()
+                expect(page.locator("#timezone-error")).not_to_be_empty()
+                page.get_by_label("Default time zone").fill("Asia/Shanghai")
+                page.get_by_label("An image").fill("[图片]")
+                page.get_by_role("button", name="Save").click()
+                expect(page.locator("#policy-notice")).to_have_text("Saved.")
+                page.reload()
+                expect(page.get_by_label("Default time zone")).to_have_value("Asia/Shanghai")
+                expect(page.get_by_label("An image")).to_have_value("[图片]")
+            failures.step("the policy page saves the time zone and display strings, and shows a bad time zone's error", policy)
+
             def csrf_refused() -> None:
                 status = page.evaluate("""async () => (await fetch('/demo/chat/push/certificates/demo-apns',
                     {method: 'DELETE', credentials: 'same-origin'})).status""")

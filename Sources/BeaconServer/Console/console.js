@@ -396,6 +396,49 @@ function settingsForm(path, name, user, settings) {
   return form;
 }
 
+// MARK: Policy
+
+const displayStringKeys = { new_message: "A new message (banner style)", image: "An image", voice: "A voice message", video: "A video", file: "A file", location: "A location", custom: "A custom message" };
+
+async function policyPage() {
+  const policy = (await call("GET", "push/policy")).data;
+  const multi = el("select", {},
+    el("option", { value: "all_offline", selected: policy.multi_device === "all_offline" }, "only when all the user's devices are offline"),
+    el("option", { value: "any_offline", selected: policy.multi_device === "any_offline" }, "to every offline device, even if another is online"));
+  const form = el("form", { class: "card", id: "policy", novalidate: true },
+    field("Push to a user's offline devices", "multi_device", multi),
+    field("Default time zone", "timezone", el("input", { type: "text", value: policy.timezone }),
+      "An IANA name (Asia/Shanghai, Europe/Paris): quiet hours of users without their own time zone follow it."),
+    el("label", {}, el("input", { type: "checkbox", id: "badge_counts_muted", name: "badge_counts_muted", checked: policy.badge_counts_muted }),
+      " Muted conversations count in the badge"),
+    el("h2", {}, "Display strings"),
+    el("p", { class: "hint" }, "What a push says instead of the message (empty: Beacon's default, in English)."),
+    Object.entries(displayStringKeys).map(([key, label]) =>
+      field(label, `ds_${key}`, el("input", { type: "text", maxlength: 200, value: policy.display_strings[key] || "", placeholder: "default" }))),
+    el("p", { class: "form-error", id: "policy-error", role: "alert" }),
+    el("p", { class: "notice", id: "policy-notice", role: "status" }),
+    el("button", { type: "submit" }, "Save"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    form.querySelector("#policy-notice").textContent = "";
+    const strings = {};
+    for (const key of Object.keys(displayStringKeys)) {
+      const value = form.elements[`ds_${key}`].value.trim();
+      if (value) strings[key] = value;
+    }
+    try {
+      await call("PUT", "push/policy", { multi_device: multi.value, timezone: form.elements.timezone.value.trim(),
+        badge_counts_muted: form.elements.badge_counts_muted.checked, display_strings: strings });
+      form.querySelector("#policy-notice").textContent = "Saved.";
+    } catch (error) {
+      if (/time ?zone/i.test(error.message)) setFieldError(form, "timezone", error.message);
+      else form.querySelector("#policy-error").textContent = error.message;
+    }
+  });
+  show("Push policy", form);
+}
+
 // MARK: Sending a message
 
 async function sendPage() {
@@ -434,7 +477,7 @@ async function sendPage() {
 
 // MARK: Routing
 
-const pages = { "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
+const pages = { "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/policy": policyPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
 
 async function route() {
   if (!console_.session) return;
