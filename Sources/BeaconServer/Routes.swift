@@ -492,9 +492,12 @@ struct Routes {
         var created: Int64
         var updated: Int64
         var history: [PushAttempt]
+        /// The APNs payload as sent (or as it would have been, for a skip); absent when none was built.
+        var payload: JSONValue?
         enum CodingKeys: String, CodingKey {
             case messageID = "message_id", username, deviceID = "device_id", notifierName = "notifier_name", deviceToken = "device_token"
             case apnsID = "apns_id", pushType = "push_type", status, httpStatus = "http_status", reason, attempts, created, updated, history
+            case payload
         }
         init(_ job: PushJob) {
             messageID = String(job.messageID)
@@ -511,6 +514,7 @@ struct Routes {
             created = job.createdAt
             updated = job.updatedAt
             history = job.history
+            payload = job.job.payload.isEmpty ? nil : try? JSONDecoder().decode(JSONValue.self, from: Data(job.job.payload.utf8))
         }
     }
 

@@ -184,6 +184,8 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                     page.get_by_role("button", name="Filter").click()
                     row = page.locator("#delivery-list tbody tr").first
                 expect(row.locator("td.status-sent")).to_have_text("sent")
+                row.get_by_text("JSON").click()
+                expect(row.locator("pre")).to_contain_text('"aps"')
                 page.screenshot(path=str(screenshots / "deliveries.png"), full_page=True)
             failures.step("a message sent from the console is pushed and shows as sent in Deliveries", send_and_see_delivery)
 

@@ -267,14 +267,15 @@ async function deliveriesPage() {
   records = records.filter((r) => (!params.get("status") || r.status === params.get("status")) && (!params.get("reason") || r.reason === params.get("reason")));
   if (!records.length) { results.replaceChildren(el("p", {}, "No push record matches.")); return; }
   results.replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, ["Message", "User", "Device", "Certificate", "Type", "Status", "Reason", "APNs", "Attempts", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["Message", "User", "Device", "Certificate", "Type", "Status", "Reason", "APNs", "Attempts", "Updated", "Payload"].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, records.map((r) => el("tr", {},
       el("td", { class: "mono" }, el("a", { href: `#/deliveries?message_id=${encodeURIComponent(r.message_id)}` }, r.message_id)),
       el("td", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(r.username)}` }, r.username)),
       el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", {}, r.push_type),
       el("td", { class: `status-${r.status}` }, r.status), el("td", {}, r.reason || ""),
       el("td", { class: "mono" }, [r.http_status ? String(r.http_status) : "", r.apns_id].filter(Boolean).join(" · ")),
-      el("td", {}, String(r.attempts)), el("td", {}, time(r.updated)))))));
+      el("td", {}, String(r.attempts)), el("td", {}, time(r.updated)),
+      el("td", {}, r.payload ? el("details", {}, el("summary", {}, "JSON"), el("pre", {}, JSON.stringify(r.payload, null, 2))) : ""))))));
 }
 
 // MARK: Users
