@@ -54,6 +54,8 @@ extension PostgresStore {
                         ).collect().count
                         guard removed > 0 else { throw AlreadyDecided() }
                     }
+                case .nothing:
+                    break
                 }
                 try await insertJobs(route, messageID: messageID, app: app, connection: connection)
             }

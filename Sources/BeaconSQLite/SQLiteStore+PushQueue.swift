@@ -64,6 +64,8 @@ extension SQLiteStore {
                         try delete.execute(arguments: [app, messageID, username, device.deviceID, device.notifier])
                         guard db.changesCount > 0 else { throw AlreadyDecided() }
                     }
+                case .nothing:
+                    break
                 }
                 try Self.insertJobs(route, messageID: messageID, app: app, db: db)
             }

@@ -413,6 +413,8 @@ public struct PushRoute: Sendable {
         case pendingRoute
         /// The `online` skips of one user's devices (decided again once they went offline).
         case onlineSkips(username: String, devices: [SkippedDevice])
+        /// Nothing: pushes that belong to no stored message (a test push, under an id of its own).
+        case nothing
     }
 
     public var messageID: UInt64

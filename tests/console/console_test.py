@@ -13,6 +13,7 @@ Usage: python3 tests/console/console_test.py --beacon .build/debug/beacon [--chr
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
@@ -42,7 +44,7 @@ class Failures:
             print(f"PASS  {name}")
 
 
-def start_demo(beacon: str, workdir: Path) -> tuple[subprocess.Popen, str, dict, Path]:
+def start_demo(beacon: str, workdir: Path) -> tuple[subprocess.Popen, str, dict, Path, str]:
     log_path = workdir / "beacon.log"
     log = open(log_path, "w")
     process = subprocess.Popen(
@@ -63,8 +65,9 @@ def start_demo(beacon: str, workdir: Path) -> tuple[subprocess.Popen, str, dict,
     if not (url and client_id and client_secret):
         process.kill()
         raise RuntimeError(f"the demo did not print the console and its credentials:\n{text}")
+    control = re.search(r"control API (http://\S+) ", text)
     credentials = {"org": "demo", "app": "chat", "client_id": client_id.group(1), "client_secret": client_secret.group(1)}
-    return process, url.group(1), credentials, log_path
+    return process, url.group(1), credentials, log_path, control.group(1) if control else ""
 
 
 def p8_key(workdir: Path) -> Path:
@@ -99,7 +102,7 @@ def upload(page: Page, name: str, file: Path, kind: str = "p8", password: str | 
 def run(beacon: str, chromium: str, screenshots: Path) -> int:
     failures = Failures()
     workdir = Path(tempfile.mkdtemp(prefix="beacon-console-"))
-    process, base, credentials, log_path = start_demo(beacon, workdir)
+    process, base, credentials, log_path, control = start_demo(beacon, workdir)
     screenshots.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as playwright:
@@ -139,6 +142,23 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(row).to_contain_text("never (token key)")
                 page.screenshot(path=str(screenshots / "certificates.png"), full_page=True)
             failures.step("a p8 generated here uploads and is listed", upload_p8)
+
+            def test_push() -> None:
+                page.get_by_label("Username").fill("bob")
+                page.get_by_role("button", name="Send test push").click()
+                answer = page.locator("#test-push-result table tbody tr")
+                expect(answer).to_have_count(1)
+                expect(answer.locator("td.status-sent")).to_have_text("sent")
+                expect(answer).to_contain_text("200")
+                apns_id = answer.locator("td.mono").last.inner_text()
+                # The simulator got exactly that notification.
+                with urllib.request.urlopen(f"{control}/deliveries?device_token={'0d' * 32}", timeout=10) as reply:
+                    received = json.load(reply)["deliveries"]
+                assert any(d["apns_id"] == apns_id for d in received), f"the simulator has no push with apns-id {apns_id}"
+                page.get_by_role("link", name="See it in Deliveries").click()
+                expect(page.locator("#delivery-list tbody tr").first.locator("td.status-sent")).to_have_text("sent")
+                page.get_by_role("link", name="Push certificates").click()
+            failures.step("a test push to bob shows APNs' answer, reaches the simulator and is in Deliveries", test_push)
 
             not_a_key = workdir / "not-a-key.p8"
             not_a_key.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")

@@ -799,6 +799,22 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("bindDevice", {"username": "dave"}, token=tokens["dave"], body={"device_id": "dave-phone", "device_token": phone_token, "notifier_name": "nobody"}, expect=400, error="notifier_not_found", label="(unknown notifier)")
     answer = c.call("listBindings", {"username": "dave"}, token=tokens["dave"])
     report.check({"dave-phone", "dave-old"} <= {e.get("device_id") for e in entities_of(answer)}, "listBindings lists dave's devices")
+    answer = c.call("sendTestPush", token=app_token, body={"username": "dave", "device_id": "dave-phone", "title": "Test"})
+    test_id = (data_of(answer) or {}).get("message_id") if isinstance(data_of(answer), dict) else None
+    report.check((data_of(answer) or {}).get("queued") == 1 if test_id else False, "sendTestPush queues one push for dave-phone", repr(data_of(answer)))
+    records: list = []
+    deadline = time.monotonic() + 20
+    while test_id and time.monotonic() < deadline:
+        records = entities_of(c.call("listDeliveries", token=app_token, query={"message_id": test_id}, label="(test push)", quiet=True))
+        if records and records[0].get("status") != "pending":
+            break
+        time.sleep(0.25)
+    report.check(
+        [(r.get("device_id"), r.get("status"), r.get("http_status")) for r in records] == [("dave-phone", "sent", 200)],
+        "the test push reaches APNs and its answer is in the delivery record", repr(records))
+    c.call("sendTestPush", token=app_token, body={"username": "carol"}, expect=404, error="service_resource_not_found", label="(no bound device)")
+    c.call("sendTestPush", token=app_token, body={"username": "nobody"}, expect=404, error="user_not_found", label="(unknown user)")
+    c.call("sendTestPush", token=tokens["dave"], body={"username": "dave"}, expect=403, error="forbidden_op", label="(user token)")
     # The simulator answers 410 Unregistered for the old token: its binding is removed (a `binding_removed` event).
     control = re.search(r"control API http://127\.0\.0\.1:(\d+)", log)
     unregistered = False

@@ -136,8 +136,49 @@ const certificateErrorFields = {
 async function certificatesPage() {
   const list = el("div", { class: "table-wrap", id: "certificate-list" }, "Loading…");
   const form = uploadForm(() => loadCertificates(list));
-  show("Push certificates", el("section", { class: "card" }, el("h2", {}, "Uploaded"), list), el("h2", {}, "Upload"), form);
+  show("Push certificates", el("section", { class: "card" }, el("h2", {}, "Uploaded"), list), el("h2", {}, "Send a test push"), testPushForm(),
+    el("h2", {}, "Upload"), form);
   await loadCertificates(list);
+}
+
+/** Sends a test push to a user's bound devices and shows APNs' answer for each, as the delivery record gets it. */
+function testPushForm() {
+  const result = el("div", { id: "test-push-result", role: "status", "aria-live": "polite" });
+  const form = el("form", { class: "card", id: "test-push", novalidate: true },
+    field("Username", "test_username", el("input", { type: "text", required: true })),
+    field("Device id", "test_device", el("input", { type: "text" }), "Optional: one of the user's devices (all of them when empty)."),
+    el("p", { class: "form-error", id: "test-push-error", role: "alert" }),
+    result,
+    el("button", { type: "submit" }, "Send test push"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    result.replaceChildren();
+    const body = { username: form.elements.test_username.value.trim() };
+    if (!body.username) { setFieldError(form, "test_username", "Which user?"); return; }
+    if (form.elements.test_device.value.trim()) body.device_id = form.elements.test_device.value.trim();
+    let answer;
+    try {
+      answer = (await call("POST", "push/test", body)).data;
+    } catch (error) {
+      form.querySelector("#test-push-error").textContent = error.message;
+      return;
+    }
+    result.replaceChildren(el("p", {}, `Sent as message ${answer.message_id}; waiting for APNs…`));
+    let records = [];
+    for (let wait = 0; wait < 30; wait++) {
+      records = (await call("GET", `push/deliveries?message_id=${encodeURIComponent(answer.message_id)}`)).entities;
+      if (records.length && records.every((r) => r.status !== "pending")) break;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    result.replaceChildren(el("table", { class: "test-push-answers" },
+      el("thead", {}, el("tr", {}, ["Device", "Certificate", "Status", "APNs status", "Reason", "apns-id"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, records.map((r) => el("tr", {},
+        el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", { class: `status-${r.status}` }, r.status),
+        el("td", {}, r.http_status ? String(r.http_status) : ""), el("td", {}, r.reason || ""), el("td", { class: "mono" }, r.apns_id))))),
+      el("p", {}, el("a", { href: `#/deliveries?message_id=${encodeURIComponent(answer.message_id)}` }, "See it in Deliveries")));
+  });
+  return form;
 }
 
 async function loadCertificates(list) {

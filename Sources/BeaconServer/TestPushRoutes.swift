@@ -1,0 +1,83 @@
+import BeaconAPNs
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Hummingbird
+
+/// `POST /{org}/{app}/push/test`: a push to a user's bound devices that belongs to no message, sent through the real path
+/// (push queue, worker, APNs, delivery record, webhook) under an id of its own, so that the answer can be looked up in
+/// `GET /push/deliveries?message_id=` like any other.
+struct TestPushRoutes {
+    let api: API
+    let messages: MessageService
+    let pushEnabled: Bool
+
+    struct TestPushRequest: Decodable {
+        var username: String
+        /// One of the user's devices; all of them when absent.
+        var deviceID: String?
+        var title: String?
+        var content: String?
+        enum CodingKeys: String, CodingKey {
+            case username, deviceID = "device_id", title, content
+        }
+    }
+
+    struct TestPushAnswer: Codable, Sendable {
+        /// Look the outcome up with `GET /push/deliveries?message_id=`.
+        var messageID: String
+        /// Pushes queued (devices whose push configuration exists).
+        var queued: Int
+        /// Devices skipped, with why (`notifier_not_found`: their push configuration was deleted).
+        var skipped: Int
+        enum CodingKeys: String, CodingKey {
+            case messageID = "message_id", queued, skipped
+        }
+    }
+
+    static let maxTextCharacters = 1000
+
+    @Sendable func send(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        guard pushEnabled, let router = messages.router else {
+            throw BeaconError.illegal("push is not enabled on this server (no secret key configured)")
+        }
+        let body = try await api.body(TestPushRequest.self, from: request)
+        for text in [body.title, body.content].compactMap({ $0 }) where text.count > Self.maxTextCharacters {
+            throw BeaconError.illegal("title and content are at most \(Self.maxTextCharacters) characters")
+        }
+        guard try await api.store.user(body.username, app: app.id) != nil else {
+            throw BeaconError(.userNotFound, "user \(body.username) does not exist")
+        }
+        let bindings = try await api.store.bindings(of: body.username, app: app.id).filter { body.deviceID == nil || $0.deviceID == body.deviceID }
+        guard !bindings.isEmpty else {
+            throw BeaconError(.resourceNotFound, "\(body.username) has no bound device\(body.deviceID.map { " \($0)" } ?? "") to push to")
+        }
+        let payload = JSONWriter.string(.object([
+            "aps": .object([
+                "alert": .object([
+                    "title": .string(body.title ?? "Beacon test push"), "body": .string(body.content ?? "If you see this, push works."),
+                ]),
+                "sound": .string("default"),
+            ]),
+            "beacon": .object(["test": .bool(true)]),
+        ]))
+        let (id, now) = messages.nextID()
+        var jobs: [NewPushJob] = []
+        for binding in bindings {
+            let config = try await api.store.pushConfig(binding.notifier, app: app.id)
+            jobs.append(
+                NewPushJob(
+                    username: body.username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
+                    topic: config?.bundleID ?? "", pushType: APNsPushType.alert.rawValue, priority: 10,
+                    expiration: now / 1000 + PushRouter.expirationSeconds, collapseID: nil, apnsID: UUID().uuidString.lowercased(),
+                    payload: config == nil ? "" : payload, skipReason: config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil))
+        }
+        _ = try await api.store.recordRoute(PushRoute(messageID: id, replacing: .nothing, jobs: jobs, now: now), app: app.id)
+        let queued = jobs.filter { $0.skipReason == nil }.count
+        if queued > 0 { router.jobsStored() }
+        return api.respond(
+            request, app: app, action: "post", data: TestPushAnswer(messageID: String(id), queued: queued, skipped: jobs.count - queued))
+    }
+}
