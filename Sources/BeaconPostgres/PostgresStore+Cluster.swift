@@ -168,6 +168,10 @@ extension PostgresStore: ClusterStore {
             """) == 1
     }
 
+    public func connectedDeviceCount(app: Int64) async throws -> Int {
+        Int(try await rows("SELECT COUNT(*) AS n FROM device_presence WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0)
+    }
+
     public func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]] {
         guard !usernames.isEmpty else { return [:] }
         var found: [String: [String: DeviceConnection]] = [:]

@@ -28,4 +28,20 @@ extension PostgresStore {
     public func deleteConsoleSession(digest: String) async throws -> Bool {
         try await execute("DELETE FROM console_sessions WHERE digest = \(digest) RETURNING 1") > 0
     }
+
+    public func activity(app: Int64, since: Int64) async throws -> AppActivity {
+        let users = try await rows("SELECT COUNT(*) AS n FROM users WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0
+        let messages = try await rows("SELECT COUNT(*) AS n FROM messages WHERE app_id = \(app) AND timestamp >= \(since)").first?["n"].decode(Int64.self) ?? 0
+        let pushes = try await rows(
+            """
+            SELECT status, COALESCE(last_reason, '') AS reason, COUNT(*) AS n FROM push_jobs
+            WHERE app_id = \(app) AND updated_at >= \(since) GROUP BY 1, 2
+            ORDER BY status COLLATE "C", COALESCE(last_reason, '') COLLATE "C"
+            """
+        ).map { row in
+            AppActivity.Outcome(
+                status: try row["status"].decode(String.self), reason: try row["reason"].decode(String.self), count: Int(try row["n"].decode(Int64.self)))
+        }
+        return AppActivity(users: Int(users), messages: Int(messages), pushes: pushes)
+    }
 }

@@ -30,4 +30,22 @@ extension SQLiteStore {
             return db.changesCount > 0
         }
     }
+
+    public func activity(app: Int64, since: Int64) async throws -> AppActivity {
+        try await read { db in
+            let users = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM users WHERE app_id = ?", arguments: [app]) ?? 0
+            let messages = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE app_id = ? AND timestamp >= ?", arguments: [app, since]) ?? 0
+            let pushes = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT status, COALESCE(last_reason, '') AS reason, COUNT(*) AS n FROM push_jobs
+                    WHERE app_id = ? AND updated_at >= ? GROUP BY status, COALESCE(last_reason, '') ORDER BY status, reason
+                    """,
+                arguments: [app, since]
+            ).map { row in
+                AppActivity.Outcome(status: try row.decode(forColumn: "status"), reason: try row.decode(forColumn: "reason"), count: try row.decode(forColumn: "n"))
+            }
+            return AppActivity(users: users, messages: messages, pushes: pushes)
+        }
+    }
 }

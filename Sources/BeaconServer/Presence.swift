@@ -26,6 +26,11 @@ final class ConnectionRegistry: PresenceRegistry {
         connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.keys) } ?? [] }
     }
 
+    /// Devices of the app connected to this node.
+    func connectedDeviceCount(app: Int64) -> Int {
+        connections.withLock { table in table.reduce(0) { $0 + ($1.key.app == app ? $1.value.count : 0) } }
+    }
+
     func onlineDevices(of usernames: [String], app: Int64) -> [String: Set<String>] {
         connections.withLock { table in
             var online: [String: Set<String>] = [:]

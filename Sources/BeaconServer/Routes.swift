@@ -68,6 +68,7 @@ struct Routes {
         add(.get, "users/:username/push/binding", listBindings)
         add(.get, "push/deliveries", deliveries)
         add(.post, "push/test", TestPushRoutes(api: api, messages: messages, pushEnabled: pushConfigs != nil).send)
+        add(.get, "stats", ActivityRoutes(api: api, switchboard: switchboard).stats)
         let settings = SettingsRoutes(api: api, ownUser: { try await ownUser($0, $1) })
         add(.put, "users/:username/notification/:chattype/:key", settings.put)
         add(.get, "users/:username/notification/:chattype/:key", settings.get)

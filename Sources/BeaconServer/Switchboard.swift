@@ -21,6 +21,12 @@ final class Switchboard: PresenceRegistry {
         return try await link.onlineDevices(of: usernames, app: app)
     }
 
+    /// Devices of the app connected now, on every node.
+    func connectedDeviceCount(app: Int64) async throws -> Int {
+        guard let link else { return local.connectedDeviceCount(app: app) }
+        return try await link.store.connectedDeviceCount(app: app)
+    }
+
     /// Registers a device's connection: from here on it counts as online, on every node. An earlier connection of the
     /// device, here or on another node, is told to close (`replaced`). False when the device opened a later connection on
     /// another node that registered first: this one is stale (its caller closes it with `replaced`).

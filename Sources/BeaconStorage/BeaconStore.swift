@@ -195,6 +195,8 @@ public protocol BeaconStore: Sendable {
     func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession?
     /// Ends the session (signing out); false when there was none.
     func deleteConsoleSession(digest: String) async throws -> Bool
+    /// The app's users, and its messages and push outcomes since `since` (ms).
+    func activity(app: Int64, since: Int64) async throws -> AppActivity
 
     // MARK: Retention
 

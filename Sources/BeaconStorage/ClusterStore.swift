@@ -108,6 +108,8 @@ public protocol ClusterStore: BeaconStore {
     func disconnect(_ device: DeviceKey, node: Int64, connection id: Int64) async throws -> Bool
     /// The connected devices of the users: username → device id → connection (users with none are absent).
     func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]]
+    /// Devices of the app connected to any node.
+    func connectedDeviceCount(app: Int64) async throws -> Int
 
     /// Puts letters in their nodes' mailboxes (letters for nodes no longer live are dropped).
     func post(_ letters: [Letter]) async throws

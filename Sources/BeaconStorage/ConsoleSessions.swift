@@ -16,3 +16,34 @@ public struct ConsoleSession: Sendable, Hashable {
         self.expiresAt = expiresAt
     }
 }
+
+/// What an app did since a moment: the console's overview.
+public struct AppActivity: Sendable, Hashable {
+    /// Push records of one outcome.
+    public struct Outcome: Sendable, Hashable {
+        /// `sent`, `failed`, `expired`, `skipped` or `pending`.
+        public var status: String
+        /// The skip or failure reason; empty when none.
+        public var reason: String
+        public var count: Int
+
+        public init(status: String, reason: String, count: Int) {
+            self.status = status
+            self.reason = reason
+            self.count = count
+        }
+    }
+
+    /// Users now (not only the new ones).
+    public var users: Int
+    /// Messages stored since then (and still kept).
+    public var messages: Int
+    /// Push records updated since then, by outcome (status, then reason).
+    public var pushes: [Outcome]
+
+    public init(users: Int, messages: Int, pushes: [Outcome]) {
+        self.users = users
+        self.messages = messages
+        self.pushes = pushes
+    }
+}

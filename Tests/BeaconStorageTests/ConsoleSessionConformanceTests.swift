@@ -55,3 +55,34 @@ import Testing
         }
     }
 }
+
+/// The console's overview figures.
+@Suite struct AppActivityConformanceTests {
+    private static func job(_ device: String, skip: String? = nil) -> NewPushJob {
+        NewPushJob(
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: "alert", priority: 10,
+            expiration: 0, collapseID: nil, apnsID: "apns-\(device)", payload: #"{"aps":{}}"#, skipReason: skip)
+    }
+
+    @Test(arguments: StoreKind.available)
+    func activityCountsUsersMessagesAndPushOutcomesSinceAMoment(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            for (id, time) in [(UInt64(1), now - 10_000), (2, now), (3, now + 5)] {
+                _ = try await store.append(
+                    [NewMessage(message: text(id, from: "alice", to: "bob", at: time), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+                    app: app.id, receipt: nil)
+                #expect(try await store.recordRoute(
+                    PushRoute(messageID: id, replacing: .pendingRoute, jobs: [Self.job("phone"), Self.job("pad", skip: "dnd")], now: time), app: app.id))
+            }
+            let activity = try await store.activity(app: app.id, since: now)
+            #expect(activity.users == 2)
+            #expect(activity.messages == 2)
+            #expect(activity.pushes == [
+                AppActivity.Outcome(status: "pending", reason: "", count: 2), AppActivity.Outcome(status: "skipped", reason: "dnd", count: 2),
+            ])
+            #expect(try await store.activity(app: app.id, since: now + 6) == AppActivity(users: 2, messages: 0, pushes: []))
+        }
+    }
+}

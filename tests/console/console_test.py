@@ -120,8 +120,10 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
 
             def signed_in() -> None:
                 sign_in(page, base, credentials)
-                expect(page.get_by_role("heading", name="Push certificates")).to_be_visible()
+                expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+                expect(page.locator("#figure-users .figure-value")).to_have_text("2")
                 expect(page.locator("#app-name")).to_have_text("demo/chat")
+                page.get_by_role("link", name="Push certificates").click()
                 expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_contain_text("com.example.beacon.demo")
             failures.step("signing in shows the demo's push certificate", signed_in)
 
@@ -248,6 +250,18 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.get_by_label("An image")).to_have_value("[图片]")
             failures.step("the policy page saves the time zone and display strings, and shows a bad time zone's error", policy)
 
+            def overview_counts() -> None:
+                page.get_by_role("link", name="Overview").click()
+                expect(page.locator("#figure-messages-day .figure-value")).to_have_text("2")
+                day = page.locator("#pushes-day tbody")
+                expect(day.locator("tr", has_text="dnd")).to_contain_text("1")
+                expect(day.locator("tr").filter(has=page.locator("td.status-sent"))).to_contain_text("2")
+                page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+                day.get_by_role("link", name="dnd").click()
+                expect(page.locator("#delivery-list tbody tr")).to_have_count(1)
+                expect(page.locator("#delivery-list tbody tr")).to_contain_text("dnd")
+            failures.step("the overview counts today's messages and pushes by outcome, linking to the records", overview_counts)
+
             def csrf_refused() -> None:
                 status = page.evaluate("""async () => (await fetch('/demo/chat/push/certificates/demo-apns',
                     {method: 'DELETE', credentials: 'same-origin'})).status""")
@@ -274,7 +288,7 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
             def phone_layout() -> None:
                 phone = browser.new_page(viewport={"width": 390, "height": 844})
                 sign_in(phone, base, credentials)
-                expect(phone.get_by_role("heading", name="Push certificates")).to_be_visible()
+                expect(phone.get_by_role("heading", name="Overview")).to_be_visible()
                 width = phone.evaluate("document.documentElement.scrollWidth")
                 assert width <= 390, f"the page is {width} px wide on a 390 px screen"
                 phone.close()

@@ -813,6 +813,11 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
         [(r.get("device_id"), r.get("status"), r.get("http_status")) for r in records] == [("dave-phone", "sent", 200)],
         "the test push reaches APNs and its answer is in the delivery record", repr(records))
     c.call("sendTestPush", token=app_token, body={"username": "carol"}, expect=404, error="service_resource_not_found", label="(no bound device)")
+    answer = c.call("getStats", token=app_token)
+    stats = data_of(answer) if isinstance(data_of(answer), dict) else {}
+    sent_today = sum(p.get("count", 0) for p in (stats.get("last_day") or {}).get("pushes", []) if p.get("status") == "sent")
+    report.check(stats.get("users", 0) >= 4 and sent_today >= 1, "getStats counts the users and the test push sent today", repr(stats))
+    c.call("getStats", token=tokens["dave"], expect=403, error="forbidden_op", label="(user token)")
     c.call("sendTestPush", token=app_token, body={"username": "nobody"}, expect=404, error="user_not_found", label="(unknown user)")
     c.call("sendTestPush", token=tokens["dave"], body={"username": "dave"}, expect=403, error="forbidden_op", label="(user token)")
     # The simulator answers 410 Unregistered for the old token: its binding is removed (a `binding_removed` event).

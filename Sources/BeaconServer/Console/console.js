@@ -113,7 +113,7 @@ function showSignIn(message) {
 function signedIn() {
   document.getElementById("nav").hidden = false;
   document.getElementById("app-name").textContent = `${console_.session.org}/${console_.session.app}`;
-  if (!location.hash || location.hash === "#/") location.hash = "#/certificates";
+  if (!location.hash || location.hash === "#/") location.hash = "#/overview";
   else route();
 }
 
@@ -121,6 +121,34 @@ async function signOut() {
   try { await call("DELETE", "/console/session"); } catch (_) { /* the session is gone either way */ }
   location.hash = "";
   showSignIn("Signed out.");
+}
+
+// MARK: Overview
+
+async function overviewPage() {
+  const stats = (await call("GET", "stats")).data;
+  const figure = (label, value, id) => el("div", { class: "figure", id }, el("span", { class: "figure-value" }, String(value)), el("span", { class: "figure-label" }, label));
+  const outcomes = (window) => {
+    if (!window.pushes.length) return el("p", {}, "No push.");
+    return el("table", {},
+      el("thead", {}, el("tr", {}, ["Outcome", "Reason", "Pushes"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, window.pushes.map((p) => el("tr", {},
+        el("td", { class: `status-${p.status}` }, p.status),
+        el("td", {}, p.reason ? el("a", { href: `#/deliveries?status=${encodeURIComponent(p.status)}&reason=${encodeURIComponent(p.reason)}` }, p.reason) : ""),
+        el("td", {}, String(p.count))))));
+  };
+  const expiring = stats.expiring_certificates.length
+    ? el("section", { class: "card", role: "alert" }, el("h2", { class: "expiring" }, "Certificates expiring within 30 days"),
+      el("ul", {}, stats.expiring_certificates.map((c) => el("li", {}, `${c.name}: ${new Date(c.expires_at).toLocaleDateString()}`))))
+    : null;
+  show("Overview",
+    expiring,
+    el("section", { class: "card figures", id: "overview-figures" },
+      figure("users", stats.users, "figure-users"), figure("devices online now", stats.devices_online, "figure-online"),
+      figure("messages in the last hour", stats.last_hour.messages, "figure-messages-hour"),
+      figure("messages in the last day", stats.last_day.messages, "figure-messages-day")),
+    el("section", { class: "card", id: "pushes-hour" }, el("h2", {}, "Pushes in the last hour"), outcomes(stats.last_hour)),
+    el("section", { class: "card", id: "pushes-day" }, el("h2", {}, "Pushes in the last day"), outcomes(stats.last_day)));
 }
 
 // MARK: Push certificates
@@ -519,12 +547,12 @@ async function sendPage() {
 
 // MARK: Routing
 
-const pages = { "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/policy": policyPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
+const pages = { "#/overview": overviewPage, "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/policy": policyPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
 
 async function route() {
   if (!console_.session) return;
   const path = location.hash.split("?")[0];
-  const page = pages[path] || certificatesPage;
+  const page = pages[path] || overviewPage;
   document.querySelectorAll("nav a").forEach((a) => {
     if (a.getAttribute("href") === path || (path === "#/user" && a.getAttribute("href") === "#/users")) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");

@@ -1,0 +1,66 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Hummingbird
+
+/// `GET /{org}/{app}/stats`: what the console's overview shows — users, devices online now, messages and push outcomes
+/// in the last hour and day, and push certificates that expire within 30 days.
+struct ActivityRoutes {
+    let api: API
+    let switchboard: Switchboard
+
+    struct Window: Codable, Sendable {
+        var messages: Int
+        var pushes: [Outcome]
+    }
+
+    struct Outcome: Codable, Sendable {
+        var status: String
+        /// The skip or failure reason; empty when none.
+        var reason: String
+        var count: Int
+    }
+
+    struct ExpiringCertificate: Codable, Sendable {
+        var name: String
+        /// ms since 1970.
+        var expiresAt: Int64
+        enum CodingKeys: String, CodingKey {
+            case name, expiresAt = "expires_at"
+        }
+    }
+
+    struct Stats: Codable, Sendable {
+        var users: Int
+        var devicesOnline: Int
+        var lastHour: Window
+        var lastDay: Window
+        var expiringCertificates: [ExpiringCertificate]
+        enum CodingKeys: String, CodingKey {
+            case users, devicesOnline = "devices_online", lastHour = "last_hour", lastDay = "last_day"
+            case expiringCertificates = "expiring_certificates"
+        }
+    }
+
+    static let hour: Int64 = 3600 * 1000
+    static let expiryWarning: Int64 = 30 * 24 * hour
+
+    @Sendable func stats(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let now = api.clock()
+        func window(_ activity: AppActivity) -> Window {
+            Window(messages: activity.messages, pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })
+        }
+        let day = try await api.store.activity(app: app.id, since: now - 24 * Self.hour)
+        let hour = try await api.store.activity(app: app.id, since: now - Self.hour)
+        let expiring = try await api.store.pushConfigs(app: app.id).compactMap { config -> ExpiringCertificate? in
+            guard let expiresAt = config.expiresAt, expiresAt < now + Self.expiryWarning else { return nil }
+            return ExpiringCertificate(name: config.name, expiresAt: expiresAt)
+        }
+        let stats = Stats(
+            users: day.users, devicesOnline: try await switchboard.connectedDeviceCount(app: app.id), lastHour: window(hour),
+            lastDay: window(day), expiringCertificates: expiring)
+        return api.respond(request, app: app, action: "get", data: stats)
+    }
+}
