@@ -77,6 +77,8 @@ struct Routes {
         add(.get, "push/policy", settings.getPolicy)
         let templates = TemplateRoutes(api: api, ownUser: { try await ownUser($0, $1) })
         add(.post, "notification/template", templates.create)
+        add(.get, "notification/template", templates.list)
+        add(.post, "notification/template/preview", templates.preview)
         add(.get, "notification/template/:name", templates.get)
         add(.put, "notification/template/:name", templates.update)
         add(.delete, "notification/template/:name", templates.delete)

@@ -236,6 +236,27 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(row).to_contain_text("dnd")
             failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd", dnd_skips_the_next_push)
 
+            def templates() -> None:
+                page.get_by_role("link", name="Templates").click()
+                page.get_by_label("Template name").fill("welcome")
+                page.get_by_label("Title pattern").fill("Hi {0}")
+                page.get_by_label("Content pattern").fill("{$fromNickname}: {$msg}")
+                page.get_by_label("Sample title arguments").fill("Ann")
+                expect(page.locator("#preview-title")).to_have_text("Hi Ann")
+                expect(page.locator("#preview-body")).to_have_text("Alice: See you at 8?")
+                expect(page.locator("#preview-size")).to_contain_text("of 4096 bytes")
+                page.get_by_label("Title pattern").fill("Hi {nope}")
+                expect(page.locator("#title_pattern-error")).not_to_be_empty()
+                page.get_by_label("Title pattern").fill("Hello {0}")
+                expect(page.locator("#preview-title")).to_have_text("Hello Ann")
+                page.screenshot(path=str(screenshots / "templates.png"), full_page=True)
+                page.get_by_role("button", name="Create").click()
+                expect(page.locator('#template-list tr[data-name="welcome"]')).to_contain_text("Hello {0}")
+                page.once("dialog", lambda dialog: dialog.accept())
+                page.get_by_role("button", name="Delete welcome").click()
+                expect(page.locator('#template-list tr[data-name="welcome"]')).to_have_count(0)
+            failures.step("a template previews live (rendered by the server), shows a bad pattern's error, is created and deleted", templates)
+
             def policy() -> None:
                 page.get_by_role("link", name="Policy").click()
                 page.get_by_label("Default time zone").fill("Mars/Olympus")

@@ -890,6 +890,14 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("createTemplate", token=app_token, body={"name": "welcome", "title_pattern": "{0}", "content_pattern": "{$fromNickname}: {$msg}"})
     c.call("createTemplate", token=app_token, body={"name": "welcome", "title_pattern": "{0}", "content_pattern": "x"}, expect=400, error="duplicate_unique_property_exists", label="(existing name)")
     c.call("createTemplate", token=app_token, body={"name": "bad", "title_pattern": "{nope}", "content_pattern": "x"}, expect=400, error="invalid_template", label="(unknown placeholder)")
+    answer = c.call("listTemplates", token=app_token)
+    report.check("welcome" in [e.get("name") for e in entities_of(answer)], "listTemplates lists the template", repr(entities_of(answer)))
+    answer = c.call("previewTemplate", token=app_token, body={"title_pattern": "Hi {0}", "content_pattern": "{$fromNickname}: {$msg}", "title_args": ["Ann"], "from_nickname": "Bo", "text": "yo"})
+    preview = data_of(answer) if isinstance(data_of(answer), dict) else {}
+    report.check(
+        (preview.get("title"), preview.get("content"), preview.get("limit")) == ("Hi Ann", "Bo: yo", 4096) and preview.get("bytes", 0) == len(json.dumps(preview.get("payload"), separators=(",", ":"), ensure_ascii=False).encode()),
+        "previewTemplate renders title and body and measures the payload", repr(preview))
+    c.call("previewTemplate", token=app_token, body={"title_pattern": "{nope}", "content_pattern": "x"}, expect=400, error="invalid_template", label="(unknown placeholder)")
     c.call("getTemplate", {"name": "welcome"}, token=app_token)
     c.call("updateTemplate", {"name": "welcome"}, token=app_token, body={"title_pattern": "{0} says", "content_pattern": "{$msg}"})
     c.call("chooseTemplate", {"username": "dave"}, token=tokens["dave"], body={"templateName": "welcome"})

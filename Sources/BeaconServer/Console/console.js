@@ -466,6 +466,96 @@ function settingsForm(path, name, user, settings) {
   return form;
 }
 
+// MARK: Templates
+
+async function templatesPage() {
+  const list = el("div", { class: "table-wrap", id: "template-list" });
+  const editor = el("div", {});
+  show("Push templates", el("section", { class: "card" }, el("h2", {}, "Templates"), list), editor);
+  const load = async () => {
+    const templates = (await call("GET", "notification/template")).entities;
+    if (!templates.length) { list.replaceChildren(el("p", {}, "No template yet.")); return; }
+    list.replaceChildren(el("table", {},
+      el("thead", {}, el("tr", {}, ["Name", "Title", "Content", "Updated", ""].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, templates.map((t) => {
+        const edit = el("button", { type: "button", class: "secondary", "aria-label": `Edit ${t.name}` }, "Edit");
+        edit.addEventListener("click", () => editor.replaceChildren(templateEditor(t, load)));
+        const remove = el("button", { type: "button", class: "danger", "aria-label": `Delete ${t.name}` }, "Delete");
+        remove.addEventListener("click", async () => {
+          if (!window.confirm(`Delete template ${t.name}? Messages naming it fall back to the default text.`)) return;
+          await call("DELETE", `notification/template/${encodeURIComponent(t.name)}`);
+          await load();
+        });
+        return el("tr", { "data-name": t.name }, el("td", {}, t.name), el("td", { class: "mono" }, t.title_pattern),
+          el("td", { class: "mono" }, t.content_pattern), el("td", {}, time(t.updateAt)), el("td", {}, edit, " ", remove));
+      }))));
+  };
+  editor.replaceChildren(templateEditor(null, load));
+  await load();
+}
+
+/** Creates (`existing` null) or edits a template, with a preview rendered by the server's payload code as you type. */
+function templateEditor(existing, onSaved) {
+  const preview = el("section", { class: "card", id: "template-preview", "aria-live": "polite" }, el("h2", {}, "Preview"));
+  const form = el("form", { class: "card", id: "template-form", novalidate: true },
+    el("h2", {}, existing ? `Edit ${existing.name}` : "New template"),
+    existing ? null : field("Template name", "template_name", el("input", { type: "text", required: true }), "Letters and digits: what messages name in em_push_template."),
+    field("Title pattern", "title_pattern", el("input", { type: "text", value: existing ? existing.title_pattern : "" }),
+      "{0}…{99} take the message's title_args; {$fromNickname}, {$msg} and {$dynamicFrom} are filled in."),
+    field("Content pattern", "content_pattern", el("input", { type: "text", value: existing ? existing.content_pattern : "" })),
+    field("Sample title arguments", "title_args", el("input", { type: "text" }), "Separated by |"),
+    field("Sample content arguments", "content_args", el("input", { type: "text" }), "Separated by |"),
+    field("Sample sender nickname", "sample_nickname", el("input", { type: "text", value: "Alice" })),
+    field("Sample message", "sample_text", el("input", { type: "text", value: "See you at 8?" })),
+    el("p", { class: "form-error", id: "template-error", role: "alert" }),
+    el("p", { class: "notice", id: "template-notice", role: "status" }),
+    el("button", { type: "submit" }, existing ? "Save" : "Create"));
+  const args = (name) => form.elements[name].value ? form.elements[name].value.split("|") : [];
+  let pending = null;
+  const render = async () => {
+    const body = { title_pattern: form.elements.title_pattern.value, content_pattern: form.elements.content_pattern.value,
+      title_args: args("title_args"), content_args: args("content_args"), from_nickname: form.elements.sample_nickname.value,
+      text: form.elements.sample_text.value };
+    try {
+      const answer = (await call("POST", "notification/template/preview", body)).data;
+      setFieldError(form, "title_pattern", "");
+      setFieldError(form, "content_pattern", "");
+      preview.replaceChildren(el("h2", {}, "Preview"),
+        el("p", {}, el("strong", {}, "Title: "), el("span", { id: "preview-title" }, answer.title || "(none)")),
+        el("p", {}, el("strong", {}, "Body: "), el("span", { id: "preview-body" }, answer.content || "")),
+        el("p", { id: "preview-size", class: answer.bytes > answer.limit ? "expiring" : "hint" }, `${answer.bytes} of ${answer.limit} bytes`),
+        el("pre", {}, JSON.stringify(answer.payload, null, 2)));
+    } catch (error) {
+      const target = /content_pattern/.test(error.message) ? "content_pattern" : "title_pattern";
+      setFieldError(form, target, error.message);
+    }
+  };
+  form.addEventListener("input", () => {
+    clearTimeout(pending);
+    pending = setTimeout(render, 250);
+  });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    form.querySelector("#template-error").textContent = "";
+    const body = { title_pattern: form.elements.title_pattern.value, content_pattern: form.elements.content_pattern.value };
+    try {
+      if (existing) {
+        await call("PUT", `notification/template/${encodeURIComponent(existing.name)}`, body);
+      } else {
+        body.name = form.elements.template_name.value.trim();
+        await call("POST", "notification/template", body);
+      }
+      form.querySelector("#template-notice").textContent = existing ? `Saved ${existing.name}.` : `Created ${body.name}.`;
+      await onSaved();
+    } catch (error) {
+      if (!existing && /name/.test(error.message)) setFieldError(form, "template_name", error.message);
+      else form.querySelector("#template-error").textContent = error.message;
+    }
+  });
+  if (existing) setTimeout(render, 0);
+  return el("div", {}, form, preview);
+}
+
 // MARK: Policy
 
 const displayStringKeys = { new_message: "A new message (banner style)", image: "An image", voice: "A voice message", video: "A video", file: "A file", location: "A location", custom: "A custom message" };
@@ -547,7 +637,7 @@ async function sendPage() {
 
 // MARK: Routing
 
-const pages = { "#/overview": overviewPage, "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/policy": policyPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
+const pages = { "#/overview": overviewPage, "#/certificates": certificatesPage, "#/users": usersPage, "#/user": userPage, "#/templates": templatesPage, "#/policy": policyPage, "#/deliveries": deliveriesPage, "#/send": sendPage };
 
 async function route() {
   if (!console_.session) return;
