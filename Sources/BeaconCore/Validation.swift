@@ -11,8 +11,10 @@ public enum Validation {
     /// Longest push nickname, in characters.
     public static let maxNicknameLength = 100
 
-    /// Usernames: lowercase letters, digits, `_ - .`, 1–64 characters.
+    /// Usernames: lowercase letters, digits, `_ - .`, 1–64 characters; not `.` or `..`, which URLs resolve away (no
+    /// REST path could name such a user).
     public static func validateUsername(_ username: String) throws(BeaconError) {
+        guard username != ".", username != ".." else { throw .illegal("username cannot be '.' or '..'") }
         guard (1...64).contains(username.utf8.count),
             username.utf8.allSatisfy({ isLowerAlnum($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") })
         else {

@@ -78,7 +78,7 @@ struct Routes {
         let templates = TemplateRoutes(api: api, ownUser: { try await ownUser($0, $1) })
         add(.post, "notification/template", templates.create)
         add(.get, "notification/template", templates.list)
-        add(.post, "notification/template/preview", templates.preview)
+        add(.post, "notification/template_preview", templates.preview)
         add(.get, "notification/template/:name", templates.get)
         add(.put, "notification/template/:name", templates.update)
         add(.delete, "notification/template/:name", templates.delete)
@@ -496,7 +496,7 @@ struct Routes {
         var created: Int64
         var updated: Int64
         var history: [PushAttempt]
-        /// The APNs payload as sent (or as it would have been, for a skip); absent when none was built.
+        /// The APNs payload as sent; absent for a skip.
         var payload: JSONValue?
         enum CodingKeys: String, CodingKey {
             case messageID = "message_id", username, deviceID = "device_id", notifierName = "notifier_name", deviceToken = "device_token"

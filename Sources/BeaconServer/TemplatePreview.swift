@@ -36,17 +36,19 @@ extension TemplateRoutes {
         var limit: Int
     }
 
-    /// `POST /notification/template/preview`: renders patterns with sample arguments through `PayloadBuilder`, the code
-    /// every push goes through, as a message naming the template in `em_push_template` would be.
+    /// `POST /notification/template_preview`: renders patterns with sample arguments through `PayloadBuilder`, the code
+    /// every push goes through, as a message naming the template in `em_push_template` would be. (Not under
+    /// `notification/template/`: `preview` is a valid template name there.)
     @Sendable func preview(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
         try await api.caller(request, app: app).requireApp()
         let body = try await api.body(PreviewRequest.self, from: request)
         try PushTemplate.validate(pattern: body.titlePattern, field: "title_pattern")
         try PushTemplate.validate(pattern: body.contentPattern, field: "content_pattern")
-        let args = (body.titleArgs ?? []) + (body.contentArgs ?? [])
-        guard args.count <= 100, args.allSatisfy({ $0.utf8.count <= 1024 }) else {
-            throw BeaconError.illegal("at most 100 arguments of 1 KB each")
+        for args in [body.titleArgs ?? [], body.contentArgs ?? []] {
+            guard args.count <= 100, args.allSatisfy({ $0.utf8.count <= 1024 }) else {
+                throw BeaconError.illegal("title_args and content_args take at most 100 arguments of 1 KB each")
+            }
         }
         let name = "preview"
         let message = Message(

@@ -6,7 +6,8 @@ import Hummingbird
 
 /// `POST /{org}/{app}/push/test`: a push to a user's bound devices that belongs to no message, sent through the real path
 /// (push queue, worker, APNs, delivery record, webhook) under an id of its own, so that the answer can be looked up in
-/// `GET /push/deliveries?message_id=` like any other.
+/// `GET /push/deliveries?message_id=` like any other. A test push ignores the receiver's push settings (do not disturb,
+/// push nothing); its webhook event and metrics count it as a push whose message id names no message.
 struct TestPushRoutes {
     let api: API
     let messages: MessageService
@@ -35,7 +36,7 @@ struct TestPushRoutes {
         }
     }
 
-    static let maxTextCharacters = 1000
+    static let maxTextBytes = 1000
 
     @Sendable func send(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
@@ -44,8 +45,9 @@ struct TestPushRoutes {
             throw BeaconError.illegal("push is not enabled on this server (no secret key configured)")
         }
         let body = try await api.body(TestPushRequest.self, from: request)
-        for text in [body.title, body.content].compactMap({ $0 }) where text.count > Self.maxTextCharacters {
-            throw BeaconError.illegal("title and content are at most \(Self.maxTextCharacters) characters")
+        // In bytes, so that both together stay within APNs' 4 KB whatever the script.
+        for text in [body.title, body.content].compactMap({ $0 }) where text.utf8.count > Self.maxTextBytes {
+            throw BeaconError.illegal("title and content are at most \(Self.maxTextBytes) bytes (UTF-8)")
         }
         guard try await api.store.user(body.username, app: app.id) != nil else {
             throw BeaconError(.userNotFound, "user \(body.username) does not exist")

@@ -21,12 +21,12 @@ import Testing
 }
 
 @Suite struct ValidationTests {
-    @Test(arguments: ["alice", "a", "user_1.x-y", String(repeating: "a", count: 64)])
+    @Test(arguments: ["alice", "a", "user_1.x-y", "...", ".a", String(repeating: "a", count: 64)])
     func acceptsUsernames(_ name: String) throws {
         try Validation.validateUsername(name)
     }
 
-    @Test(arguments: ["", "Alice", "a b", "émile", String(repeating: "a", count: 65), "a/b"])
+    @Test(arguments: ["", "Alice", "a b", "émile", String(repeating: "a", count: 65), "a/b", ".", ".."])
     func rejectsUsernames(_ name: String) {
         #expect(throws: BeaconError.self) { try Validation.validateUsername(name) }
     }

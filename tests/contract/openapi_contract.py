@@ -898,6 +898,11 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
         (preview.get("title"), preview.get("content"), preview.get("limit")) == ("Hi Ann", "Bo: yo", 4096) and preview.get("bytes", 0) == len(json.dumps(preview.get("payload"), separators=(",", ":"), ensure_ascii=False).encode()),
         "previewTemplate renders title and body and measures the payload", repr(preview))
     c.call("previewTemplate", token=app_token, body={"title_pattern": "{nope}", "content_pattern": "x"}, expect=400, error="invalid_template", label="(unknown placeholder)")
+    # A template may be named `preview`: the preview route lives elsewhere, so it is read and deleted like any other.
+    c.call("createTemplate", token=app_token, body={"name": "preview", "title_pattern": "p", "content_pattern": "p"}, label="(named preview)")
+    answer = c.call("getTemplate", {"name": "preview"}, token=app_token, label="(named preview)")
+    report.check((data_of(answer) or {}).get("name") == "preview" if isinstance(data_of(answer), dict) else False, "a template named preview is readable")
+    c.call("deleteTemplate", {"name": "preview"}, token=app_token, label="(named preview)")
     c.call("getTemplate", {"name": "welcome"}, token=app_token)
     c.call("updateTemplate", {"name": "welcome"}, token=app_token, body={"title_pattern": "{0} says", "content_pattern": "{$msg}"})
     c.call("chooseTemplate", {"username": "dave"}, token=tokens["dave"], body={"templateName": "welcome"})

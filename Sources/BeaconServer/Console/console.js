@@ -324,7 +324,8 @@ async function deliveriesPage() {
   });
   const results = el("div", { class: "table-wrap", id: "delivery-list" }, "Loading…");
   show("Deliveries", form, results);
-  const query = new URLSearchParams({ limit: "200" });
+  const filtered = Boolean(params.get("status") || params.get("reason"));
+  const query = new URLSearchParams({ limit: filtered ? "1000" : "200" });
   for (const name of ["username", "message_id"]) if (params.get(name)) query.set(name, params.get(name));
   let records;
   try {
@@ -334,7 +335,10 @@ async function deliveriesPage() {
     return;
   }
   records = records.filter((r) => (!params.get("status") || r.status === params.get("status")) && (!params.get("reason") || r.reason === params.get("reason")));
-  if (!records.length) { results.replaceChildren(el("p", {}, "No push record matches.")); return; }
+  if (!records.length) {
+    results.replaceChildren(el("p", {}, filtered ? "No push record matches among the newest 1000 of these." : "No push record matches."));
+    return;
+  }
   results.replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, ["Message", "User", "Device", "Certificate", "Type", "Status", "Reason", "APNs", "Attempts", "Updated", "Payload"].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, records.map((r) => el("tr", {},
@@ -517,7 +521,7 @@ function templateEditor(existing, onSaved) {
       title_args: args("title_args"), content_args: args("content_args"), from_nickname: form.elements.sample_nickname.value,
       text: form.elements.sample_text.value };
     try {
-      const answer = (await call("POST", "notification/template/preview", body)).data;
+      const answer = (await call("POST", "notification/template_preview", body)).data;
       setFieldError(form, "title_pattern", "");
       setFieldError(form, "content_pattern", "");
       preview.replaceChildren(el("h2", {}, "Preview"),
