@@ -91,7 +91,7 @@ struct Console {
         guard let app = try await api.store.app(key), body.clientID == app.clientID,
             Credentials.hashSecret(body.clientSecret) == app.clientSecretHash
         else { throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong") }
-        let id = Self.newSessionID()
+        let id = Credentials.randomToken(bytes: 32)  // unguessable, and valid in a cookie
         let now = api.clock()
         let session = ConsoleSession(digest: Self.digest(of: id), app: app.id, createdAt: now, expiresAt: now + Self.lifetime)
         try await api.store.createConsoleSession(session, now: now)
@@ -155,13 +155,6 @@ struct Console {
         if let site = request.headers[fetchSite]?.lowercased(), site != "same-origin", site != "none" {
             throw BeaconError(.forbidden, "console requests from another site are refused")
         }
-    }
-
-    /// 32 random bytes, base64url: unguessable, and valid in a cookie.
-    static func newSessionID() -> String {
-        let bytes = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
-        return bytes.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
     }
 
     /// What the store keeps of a session id.

@@ -173,20 +173,13 @@ struct Routes {
         let prefix = query.get("prefix").flatMap { $0.isEmpty ? nil : $0 }
         let users = try await store.users(app: app.id, after: after, prefix: prefix, limit: limit + 1)
         let page = Array(users.prefix(limit))
-        let cursor = users.count > limit ? page.last.map { Self.encodeCursor($0.username) } : nil
+        let cursor = users.count > limit ? page.last.map { Data($0.username.utf8).base64URLEncoded() } : nil
         return api.respond(request, app: app, action: "get", entities: page.map(entity), count: page.count, cursor: cursor)
-    }
-
-    private static func encodeCursor(_ username: String) -> String {
-        Data(username.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
     }
 
     private static func decodeCursor(_ cursor: String) -> String? {
         guard cursor.utf8.count <= 1024 else { return nil }
-        var base64 = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
-        return Data(base64Encoded: base64).flatMap { String(data: $0, encoding: .utf8) }
+        return Data(base64URLEncoded: cursor).flatMap { String(data: $0, encoding: .utf8) }
     }
 
     @Sendable func getUser(_ request: Request, _ context: some RequestContext) async throws -> Response {
