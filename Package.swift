@@ -128,6 +128,8 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // What several test targets share: running a child program without blocking the cooperative pool.
+        .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: [
@@ -137,7 +139,7 @@ let package = Package(
             .product(name: "PostgresNIO", package: "postgres-nio"),
         ]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
-            "BeaconAPNs", "APNsSimulator",
+            "BeaconAPNs", "APNsSimulator", "BeaconTestSupport",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -149,6 +151,7 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconServerTests", dependencies: [
             "BeaconServer", "BeaconClient", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
+            "BeaconTestSupport",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "X509", package: "swift-certificates"),

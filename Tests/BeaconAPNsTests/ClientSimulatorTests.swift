@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
+import BeaconTestSupport
 import Crypto
 import Foundation
 import NIOCore
@@ -245,19 +246,17 @@ import Testing
         }
     }
 
-    @Test func p12FilesLoadWithTheirPassword() throws {
+    @Test func p12FilesLoadWithTheirPassword() async throws {
         let pki = try ClientPKI.make()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("p12-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         try pki.keyPEM.write(to: directory.appendingPathComponent("key.pem"), atomically: true, encoding: .utf8)
         try pki.certificatePEM.write(to: directory.appendingPathComponent("cert.pem"), atomically: true, encoding: .utf8)
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        openssl.currentDirectoryURL = directory
-        openssl.arguments = ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:s3cret", "-out", "push.p12"]
-        try openssl.run()
-        openssl.waitUntilExit()
+        let openssl = try await runToExit(
+            URL(fileURLWithPath: "/usr/bin/openssl"),
+            ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:s3cret", "-out", "push.p12"], in: directory)
+        #expect(openssl.status == 0)
         let p12 = try [UInt8](Data(contentsOf: directory.appendingPathComponent("push.p12")))
         guard case .certificate(let chain, _) = try APNsCredentials.certificate(p12: p12, password: "s3cret") else {
             Issue.record("expected certificate credentials")

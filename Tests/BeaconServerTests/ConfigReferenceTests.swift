@@ -1,3 +1,4 @@
+import BeaconTestSupport
 import Foundation
 import Testing
 
@@ -5,43 +6,36 @@ import Testing
 /// flags it lists are the ones `beacon serve` takes.
 @Suite struct ConfigReferenceTests {
     /// What `beacon ARGUMENTS` prints.
-    private static func output(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = BeaconProcess.executable
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
-        return String(decoding: data, as: UTF8.self)
+    private static func output(_ arguments: [String]) async throws -> String {
+        let result = try await runToExit(BeaconProcess.executable, arguments)
+        #expect(result.status == 0)
+        return String(decoding: result.output, as: UTF8.self)
     }
 
     private static let readme = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md")
 
-    @Test func readmeTableIsThePrintedReference() throws {
+    @Test func readmeTableIsThePrintedReference() async throws {
         let text = try String(contentsOf: Self.readme, encoding: .utf8)
         let begin = try #require(text.range(of: "<!-- BEGIN config-reference"))
         let tableStart = try #require(text[begin.upperBound...].range(of: "\n")).upperBound
         let end = try #require(text.range(of: "<!-- END config-reference -->"))
-        let printed = try Self.output(["config-reference"])
+        let printed = try await Self.output(["config-reference"])
         #expect(printed.hasPrefix("| flag | environment | file key | default | what |"))
         #expect(
             String(text[tableStart..<end.lowerBound]) == printed,
             "README.md's configuration table differs from `beacon config-reference`: paste its output between the markers")
     }
 
-    @Test func everyServeFlagIsInTheReferenceAndBack() throws {
+    @Test func everyServeFlagIsInTheReferenceAndBack() async throws {
         let flagPattern = try Regex(#"`(--[a-z0-9-]+)"#)
-        let documented = Set(try Self.output(["config-reference"]).split(separator: "\n").dropFirst(2).compactMap { row in
+        let documented = Set(try await Self.output(["config-reference"]).split(separator: "\n").dropFirst(2).compactMap { row in
             row.split(separator: "|", omittingEmptySubsequences: false).dropFirst().first.flatMap { cell in
                 cell.firstMatch(of: flagPattern).map { String($0.output[1].substring ?? "") }
             }
         })
         let helpPattern = try Regex(#"^  (--[a-z0-9-]+)"#).anchorsMatchLineEndings()
-        let offered = Set(try Self.output(["serve", "--help"]).matches(of: helpPattern).map { String($0.output[1].substring ?? "") })
+        let offered = Set(try await Self.output(["serve", "--help"]).matches(of: helpPattern).map { String($0.output[1].substring ?? "") })
             .subtracting(["--help", "--version"])
         #expect(documented.count >= 10)
         #expect(documented == offered)
@@ -49,9 +43,9 @@ import Testing
 
     /// swift-configuration's environment provider reads key `dataDir` from `BEACON_DATA_DIR`: the documented variable of
     /// every setting with a file key must be that name (except the database URL, read by Beacon itself).
-    @Test func environmentVariablesAreTheNamesTheProviderReads() throws {
+    @Test func environmentVariablesAreTheNamesTheProviderReads() async throws {
         var checked = 0
-        for row in try Self.output(["config-reference"]).split(separator: "\n").dropFirst(2) {
+        for row in try await Self.output(["config-reference"]).split(separator: "\n").dropFirst(2) {
             let cells = row.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             guard cells.count > 3, cells[3].hasPrefix("`"), cells[2].hasPrefix("`") else { continue }
             let key = cells[3].trimmingCharacters(in: CharacterSet(charactersIn: "`"))

@@ -4,6 +4,7 @@ import BeaconClient
 import BeaconCore
 import BeaconServer
 import BeaconStorage
+import BeaconTestSupport
 import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
@@ -62,7 +63,7 @@ extension Collector where Element == PushAttemptOutcome {
 
     @Test func p12UploadsCheckPasswordFileAndExpiry() async throws {
         try await TestBeacon.run { beacon in
-            let valid = try makeP12(password: "s3cret", notValidAfter: Date() + 86400)
+            let valid = try await makeP12(password: "s3cret", notValidAfter: Date() + 86400)
             func upload(_ file: String, password: String) async throws -> (Int, JSONValue) {
                 try await beacon.rest(
                     "POST", "/push/certificates",
@@ -91,7 +92,7 @@ extension Collector where Element == PushAttemptOutcome {
             #expect((response as? HTTPURLResponse)?.statusCode == 200)
             #expect(try await beacon.rest("GET", "/push/certificates").json["count"]?.intValue == 2)
 
-            let expired = try makeP12(password: "s3cret", notValidAfter: Date() - 86400)
+            let expired = try await makeP12(password: "s3cret", notValidAfter: Date() - 86400)
             #expect(try await upload(expired.base64EncodedString(), password: "s3cret").1["error"] == "certificate_expired")
         }
     }
@@ -205,7 +206,7 @@ extension Collector where Element == PushAttemptOutcome {
     @Test func certificateConfigurationsPushOverTLSClientAuthentication() async throws {
         try await withPushBeacon { beacon, simulator in
             try await beacon.createUsers("alice", "bob")
-            let p12 = try makeP12(password: "s3cret", notValidAfter: Date() + 86400)
+            let p12 = try await makeP12(password: "s3cret", notValidAfter: Date() + 86400)
             let upload = try await beacon.rest(
                 "POST", "/push/certificates",
                 ["name": "ios-cert", "kind": "p12", "file": .string(p12.base64EncodedString()), "password": "s3cret",
@@ -341,7 +342,7 @@ extension JSONPayload {
 }
 
 /// A `.p12` (made with the openssl command line) holding a fresh certificate and key.
-func makeP12(password: String, notValidAfter: Date) throws -> Data {
+func makeP12(password: String, notValidAfter: Date) async throws -> Data {
     let key = P256.Signing.PrivateKey()
     let name = try DistinguishedName { CommonName("Apple Push Services: com.example.chat") }
     let certificate = try Certificate(
@@ -353,11 +354,9 @@ func makeP12(password: String, notValidAfter: Date) throws -> Data {
     defer { try? FileManager.default.removeItem(at: directory) }
     try key.pemRepresentation.write(to: directory.appendingPathComponent("key.pem"), atomically: true, encoding: .utf8)
     try certificate.serializeAsPEM().pemString.write(to: directory.appendingPathComponent("cert.pem"), atomically: true, encoding: .utf8)
-    let openssl = Process()
-    openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-    openssl.currentDirectoryURL = directory
-    openssl.arguments = ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:\(password)", "-out", "out.p12"]
-    try openssl.run()
-    openssl.waitUntilExit()
+    let openssl = try await runToExit(
+        URL(fileURLWithPath: "/usr/bin/openssl"),
+        ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:\(password)", "-out", "out.p12"], in: directory)
+    guard openssl.status == 0 else { throw ChildProcessError("openssl pkcs12 -export failed") }
     return try Data(contentsOf: directory.appendingPathComponent("out.p12"))
 }
