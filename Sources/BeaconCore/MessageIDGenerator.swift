@@ -29,6 +29,11 @@ public struct MessageIDGenerator: Sendable {
         return elapsed << 22 | node << 12 | sequence
     }
 
+    /// The smallest id made at or after `milliseconds` (ids are time-ordered, so "since" is an id range).
+    public static func firstID(atOrAfter milliseconds: Int64) -> UInt64 {
+        milliseconds > epochMilliseconds ? UInt64(milliseconds - epochMilliseconds) << 22 : 0
+    }
+
     /// The millisecond timestamp encoded in an id.
     public static func timestamp(of id: UInt64) -> Int64 {
         Int64(id >> 22) + epochMilliseconds

@@ -1,3 +1,4 @@
+import BeaconCore
 import BeaconStorage
 import PostgresNIO
 
@@ -31,7 +32,9 @@ extension PostgresStore {
 
     public func activity(app: Int64, since: Int64) async throws -> AppActivity {
         let users = try await rows("SELECT COUNT(*) AS n FROM users WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0
-        let messages = try await rows("SELECT COUNT(*) AS n FROM messages WHERE app_id = \(app) AND timestamp >= \(since)").first?["n"].decode(Int64.self) ?? 0
+        // By id, a range of the primary key: ids are time-ordered.
+        let firstID = Int64(bitPattern: MessageIDGenerator.firstID(atOrAfter: since))
+        let messages = try await rows("SELECT COUNT(*) AS n FROM messages WHERE app_id = \(app) AND id >= \(firstID)").first?["n"].decode(Int64.self) ?? 0
         let pushes = try await rows(
             """
             SELECT status, COALESCE(last_reason, '') AS reason, COUNT(*) AS n FROM push_jobs

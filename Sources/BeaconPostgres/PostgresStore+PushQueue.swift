@@ -250,9 +250,10 @@ extension PostgresStore {
         try await execute("UPDATE push_jobs SET claimed_until = 0, claimed_by = 0 WHERE status = 'pending' AND claimed_until > 0")
     }
 
-    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
-        let storedID = messageID?.storedID
-        if messageID != nil, storedID == nil { return [] }  // no message has such an id
+    public func pushJobs(app: Int64, matching filter: PushJobFilter, limit: Int) async throws -> [PushJob] {
+        let storedID = filter.messageID?.storedID
+        if filter.messageID != nil, storedID == nil { return [] }  // no message has such an id
+        let (username, status, reason, since) = (filter.username, filter.status?.rawValue, filter.reason, filter.updatedSince)
         let found = try await rows(
             """
             SELECT \(unescaped: Self.jobColumns),
@@ -262,6 +263,8 @@ extension PostgresStore {
                 ARRAY(SELECT a.outcome FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_outcome
             FROM push_jobs WHERE app_id = \(app) AND (\(username)::text IS NULL OR username = \(username))
                 AND (\(storedID)::bigint IS NULL OR message_id = \(storedID))
+                AND (\(status)::text IS NULL OR status = \(status)) AND (\(reason)::text IS NULL OR last_reason = \(reason))
+                AND (\(since)::bigint IS NULL OR updated_at >= \(since))
             ORDER BY id DESC LIMIT \(max(limit, 0))
             """)
         return try found.map { row in

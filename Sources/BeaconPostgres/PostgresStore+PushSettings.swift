@@ -134,13 +134,27 @@ extension PostgresStore {
             ORDER BY username COLLATE "C", device_id COLLATE "C", notifier COLLATE "C"
             """)
         {
-            let binding = PushBinding(
-                username: try row["username"].decode(String.self), deviceID: try row["device_id"].decode(String.self),
-                notifier: try row["notifier"].decode(String.self), deviceToken: try row["device_token"].decode(String.self),
-                voipToken: try row["voip_token"].decode(String?.self), boundAt: try row["bound_at"].decode(Int64.self))
+            let binding = try Self.binding(from: row)
             found[binding.username, default: []].append(binding)
         }
         return found
+    }
+
+    public func bindings(holding deviceToken: String, app: Int64) async throws -> [PushBinding] {
+        try await rows(
+            """
+            SELECT username, device_id, notifier, device_token, voip_token, bound_at FROM push_bindings
+            WHERE app_id = \(app) AND device_token = \(deviceToken)
+            ORDER BY username COLLATE "C", device_id COLLATE "C", notifier COLLATE "C"
+            """
+        ).map(Self.binding(from:))
+    }
+
+    private static func binding(from row: PostgresRandomAccessRow) throws -> PushBinding {
+        PushBinding(
+            username: try row["username"].decode(String.self), deviceID: try row["device_id"].decode(String.self),
+            notifier: try row["notifier"].decode(String.self), deviceToken: try row["device_token"].decode(String.self),
+            voipToken: try row["voip_token"].decode(String?.self), boundAt: try row["bound_at"].decode(Int64.self))
     }
 
     // MARK: Push settings

@@ -1,3 +1,4 @@
+import BeaconCore
 import BeaconStorage
 import GRDB
 
@@ -34,7 +35,9 @@ extension SQLiteStore {
     public func activity(app: Int64, since: Int64) async throws -> AppActivity {
         try await read { db in
             let users = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM users WHERE app_id = ?", arguments: [app]) ?? 0
-            let messages = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE app_id = ? AND timestamp >= ?", arguments: [app, since]) ?? 0
+            // By id, a range of the primary key: ids are time-ordered.
+            let firstID = Int64(bitPattern: MessageIDGenerator.firstID(atOrAfter: since))
+            let messages = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE app_id = ? AND id >= ?", arguments: [app, firstID]) ?? 0
             let pushes = try Row.fetchAll(
                 db,
                 sql: """

@@ -235,17 +235,22 @@ extension SQLiteStore {
         }
     }
 
-    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
-        let storedID = messageID?.storedID
-        if messageID != nil, storedID == nil { return [] }  // no message has such an id
+    public func pushJobs(app: Int64, matching filter: PushJobFilter, limit: Int) async throws -> [PushJob] {
+        let storedID = filter.messageID?.storedID
+        if filter.messageID != nil, storedID == nil { return [] }  // no message has such an id
+        let status = filter.status?.rawValue
         return try await read { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM push_jobs WHERE app_id = ? AND (? IS NULL OR username = ?) AND (? IS NULL OR message_id = ?)
+                        AND (? IS NULL OR status = ?) AND (? IS NULL OR last_reason = ?) AND (? IS NULL OR updated_at >= ?)
                     ORDER BY id DESC LIMIT ?
                     """,
-                arguments: [app, username, username, storedID, storedID, max(limit, 0)])
+                arguments: [
+                    app, filter.username, filter.username, storedID, storedID, status, status, filter.reason, filter.reason,
+                    filter.updatedSince, filter.updatedSince, max(limit, 0),
+                ])
             let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
             return try rows.map { row in
                 var job = Self.pushJob(from: row)

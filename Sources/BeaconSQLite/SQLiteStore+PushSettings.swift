@@ -124,6 +124,15 @@ extension SQLiteStore {
         }
     }
 
+    public func bindings(holding deviceToken: String, app: Int64) async throws -> [PushBinding] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM push_bindings WHERE app_id = ? AND device_token = ? ORDER BY username, device_id, notifier",
+                arguments: [app, deviceToken]
+            ).map(Self.binding(from:))
+        }
+    }
+
     static func binding(from row: Row) -> PushBinding {
         PushBinding(
             username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],

@@ -10,6 +10,8 @@ struct ActivityRoutes {
     let switchboard: Switchboard
 
     struct Window: Codable, Sendable {
+        /// Where the window starts (ms since 1970): `GET /push/deliveries?since=` lists its records.
+        var since: Int64
         var messages: Int
         var pushes: [Outcome]
     }
@@ -49,18 +51,19 @@ struct ActivityRoutes {
         let app = try await api.app(context)
         try await api.caller(request, app: app).requireApp()
         let now = api.clock()
-        func window(_ activity: AppActivity) -> Window {
-            Window(messages: activity.messages, pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })
+        func window(_ activity: AppActivity, since: Int64) -> Window {
+            Window(since: since, messages: activity.messages, pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })
         }
-        let day = try await api.store.activity(app: app.id, since: now - 24 * Self.hour)
-        let hour = try await api.store.activity(app: app.id, since: now - Self.hour)
+        let (dayStart, hourStart) = (now - 24 * Self.hour, now - Self.hour)
+        let day = try await api.store.activity(app: app.id, since: dayStart)
+        let hour = try await api.store.activity(app: app.id, since: hourStart)
         let expiring = try await api.store.pushConfigs(app: app.id).compactMap { config -> ExpiringCertificate? in
             guard let expiresAt = config.expiresAt, expiresAt < now + Self.expiryWarning else { return nil }
             return ExpiringCertificate(name: config.name, expiresAt: expiresAt)
         }
         let stats = Stats(
-            users: day.users, devicesOnline: try await switchboard.connectedDeviceCount(app: app.id), lastHour: window(hour),
-            lastDay: window(day), expiringCertificates: expiring)
+            users: day.users, devicesOnline: try await switchboard.connectedDeviceCount(app: app.id), lastHour: window(hour, since: hourStart),
+            lastDay: window(day, since: dayStart), expiringCertificates: expiring)
         return api.respond(request, app: app, action: "get", data: stats)
     }
 }

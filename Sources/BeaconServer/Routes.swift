@@ -53,6 +53,7 @@ struct Routes {
         add(.get, "users/:username/offline_msg_status/:msgid", offlineStatus)
         add(.get, "users/:username/disconnect", disconnect)
         add(.post, "users/:username/disconnect", disconnect)
+        add(.get, "users/:username/resources", PresenceRoutes(api: api, switchboard: switchboard, ownUser: { try await ownUser($0, $1) }).resources)
         add(.post, "chatgroups", createGroup)
         add(.get, "chatgroups/:group", getGroup)
         add(.get, "chatgroups/:group/users", groupMembers)
@@ -515,20 +516,32 @@ struct Routes {
         }
     }
 
-    /// `GET /push/deliveries?username=&message_id=&limit=`: every push job with its attempts, newest first.
+    /// `GET /push/deliveries?username=&message_id=&status=&reason=&since=&limit=`: push jobs with their attempts, newest
+    /// first.
     @Sendable func deliveries(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
         let caller = try await api.caller(request, app: app)
         let query = request.uri.queryParameters
-        let username = query.get("username")
-        if case .user(let name) = caller, username != name { throw BeaconError(.forbidden, "a user token may only read its own deliveries") }
-        var messageID: UInt64?
+        var filter = PushJobFilter(username: query.get("username"), reason: query.get("reason"))
+        if case .user(let name) = caller, filter.username != name {
+            throw BeaconError(.forbidden, "a user token may only read its own deliveries")
+        }
         if let text = query.get("message_id") {
             guard let id = UInt64(text) else { throw BeaconError.illegal("message_id must be a decimal message id") }
-            messageID = id
+            filter.messageID = id
+        }
+        if let text = query.get("status") {
+            guard let status = PushJobStatus(rawValue: text) else {
+                throw BeaconError.illegal("status must be one of \(PushJobStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            filter.status = status
+        }
+        if let text = query.get("since") {
+            guard let since = Int64(text), since >= 0 else { throw BeaconError.illegal("since must be a time in ms since 1970") }
+            filter.updatedSince = since
         }
         let limit = min(max(query.get("limit").flatMap { Int($0) } ?? 100, 1), 1000)
-        let jobs = try await store.pushJobs(app: app.id, username: username, messageID: messageID, limit: limit)
+        let jobs = try await store.pushJobs(app: app.id, matching: filter, limit: limit)
         return api.respond(request, app: app, action: "get", entities: jobs.map(DeliveryView.init), count: jobs.count)
     }
 

@@ -162,7 +162,8 @@ struct SettingsRoutes {
                 throw BeaconError.illegal("unknown display string '\(unknown)'; known: \(DisplayStrings.keys.sorted().joined(separator: ", "))")
             }
             guard strings.values.allSatisfy({ $0.count <= 200 }) else { throw BeaconError.illegal("display strings are at most 200 characters") }
-            policy.displayStrings.merge(strings) { _, new in new }
+            // Merged into the stored ones; an empty string removes that override (back to the default).
+            for (key, value) in strings { policy.displayStrings[key] = value.isEmpty ? nil : value }
         }
         if let badgeCountsMuted = body.badgeCountsMuted { policy.badgeCountsMuted = badgeCountsMuted }
         try await store.savePushPolicy(policy, app: app.id)

@@ -105,6 +105,9 @@ public protocol BeaconStore: Sendable {
     func unbindAll(username: String, app: Int64) async throws
     /// The bindings of many users (absent: none).
     func bindings(of usernames: [String], app: Int64) async throws -> [String: [PushBinding]]
+    /// The bindings whose alert token is `deviceToken`: one user's device (a token belongs to one device at a time), under
+    /// each push configuration it was bound with.
+    func bindings(holding deviceToken: String, app: Int64) async throws -> [PushBinding]
     /// Removes the binding for this token and notifier unless it was made at or after `unlessBoundSince` (ms), recording a
     /// `binding_removed` webhook event (at `now`) for each. Returns whether one was removed.
     func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool
@@ -160,8 +163,8 @@ public protocol BeaconStore: Sendable {
     func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int
     /// Lets go of every claim: the one process pushing from this store restarted, so nobody holds them any more.
     func releasePushClaims() async throws
-    /// Delivery records, newest first, filtered by user and/or message.
-    func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob]
+    /// Delivery records, newest first, that match `filter`.
+    func pushJobs(app: Int64, matching filter: PushJobFilter, limit: Int) async throws -> [PushJob]
     /// Pending jobs (due or not), and the time the oldest due one became due (nil: none is due at `now`).
     func pushQueueStats(now: Int64) async throws -> (pending: Int, oldestDue: Int64?)
     /// The earliest time a pending job is due, if any.
@@ -195,7 +198,8 @@ public protocol BeaconStore: Sendable {
     func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession?
     /// Ends the session (signing out); false when there was none.
     func deleteConsoleSession(digest: String) async throws -> Bool
-    /// The app's users, and its messages and push outcomes since `since` (ms).
+    /// The app's users, its messages made since `since` (ms; counted by their time-ordered ids) and its push outcomes
+    /// recorded since then.
     func activity(app: Int64, since: Int64) async throws -> AppActivity
 
     // MARK: Retention
@@ -209,6 +213,11 @@ public protocol BeaconStore: Sendable {
 
 extension BeaconStore {
     /// The user's bindings.
+    /// Delivery records, newest first, filtered by user and/or message.
+    public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
+        try await pushJobs(app: app, matching: PushJobFilter(username: username, messageID: messageID), limit: limit)
+    }
+
     public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {
         try await bindings(of: [username], app: app)[username] ?? []
     }

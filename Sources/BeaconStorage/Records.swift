@@ -247,7 +247,28 @@ public struct NewPushJob: Sendable, Hashable {
 }
 
 /// The state of a push job.
-public enum PushJobStatus: String, Sendable, Codable {
+/// Which delivery records `pushJobs(app:matching:limit:)` returns: every condition that is set holds.
+public struct PushJobFilter: Sendable, Equatable {
+    public var username: String?
+    public var messageID: UInt64?
+    public var status: PushJobStatus?
+    /// The skip reason or the last attempt's reason (`dnd`, `BadDeviceToken`, …).
+    public var reason: String?
+    /// Updated at or after this time (ms since 1970).
+    public var updatedSince: Int64?
+
+    public init(
+        username: String? = nil, messageID: UInt64? = nil, status: PushJobStatus? = nil, reason: String? = nil, updatedSince: Int64? = nil
+    ) {
+        self.username = username
+        self.messageID = messageID
+        self.status = status
+        self.reason = reason
+        self.updatedSince = updatedSince
+    }
+}
+
+public enum PushJobStatus: String, Sendable, Codable, CaseIterable {
     /// Waiting for its (next) attempt.
     case pending
     /// APNs accepted it.

@@ -22,6 +22,10 @@ struct ClusterTests {
             try await bob.events.synced()
             let alice = try await b.connect("alice")
             try await alice.events.synced()
+            // Easemob's online devices, asked of the node bob is not connected to.
+            let (listed, resources) = try await b.rest("GET", "/users/bob/resources")
+            #expect(listed == 200)
+            #expect(resources["entities"] == .array([.object(["res": .string("phone")])]))
             _ = try await alice.send(to: "bob", "stored")
             _ = try await alice.send(to: "bob", "online only", onlineOnly: true)
             let (status, _) = try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "rest"]])

@@ -176,9 +176,15 @@ import Testing
             let token = try await beacon.userToken("bob")
             let phone = try await beacon.connect("bob", device: "phone")
             let pad = try await beacon.connect("bob", device: "pad")
+            try await phone.events.synced()
+            try await pad.events.synced()
+            func connected() async throws -> JSONValue? { try await beacon.rest("GET", "/users/bob/resources").json["entities"] }
+            #expect(try await connected() == .array([.object(["res": .string("pad")]), .object(["res": .string("phone")])]))
             #expect(try await beacon.rest("POST", "/users/bob/disconnect").status == 200)
             try await phone.events.wait { $0.contains(.kicked) }
             try await pad.events.wait { $0.contains(.kicked) }
+            for _ in 0..<500 where try await connected() != .array([]) { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(try await connected() == .array([]))
             #expect(try await beacon.rest("GET", "/users/bob", token: token).status == 401)
             // Logging in again works.
             let again = try await beacon.connect("bob", device: "phone")

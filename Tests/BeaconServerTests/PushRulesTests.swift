@@ -78,6 +78,11 @@ extension TestClock {
             #expect(try await beacon.rest("PUT", "/push/policy", ["display_strings": ["sticker": "x"]]).json["error"] == "illegal_argument")
             let strings = try await beacon.rest("PUT", "/push/policy", ["display_strings": ["new_message": "Neue Nachricht"]])
             #expect(strings.json["data"]?["display_strings"] == ["new_message": "Neue Nachricht"])
+            // Merged: another key joins; an empty string removes an override.
+            let merged = try await beacon.rest("PUT", "/push/policy", ["display_strings": ["image": "[Bild]"]])
+            #expect(merged.json["data"]?["display_strings"] == ["new_message": "Neue Nachricht", "image": "[Bild]"])
+            let removed = try await beacon.rest("PUT", "/push/policy", ["display_strings": ["new_message": "", "image": "[Bild]"]])
+            #expect(removed.json["data"]?["display_strings"] == ["image": "[Bild]"])
             #expect(try await beacon.rest("PUT", "/push/policy", ["multi_device": "all_offline"], token: alice).status == 403)
         }
     }

@@ -69,7 +69,9 @@ import Testing
         try await kind.withStore { store in
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
-            for (id, time) in [(UInt64(1), now - 10_000), (2, now), (3, now + 5)] {
+            // Real, time-ordered ids: messages are counted by id.
+            for time in [now - 10_000, now, now + 5] {
+                let id = MessageIDGenerator.firstID(atOrAfter: time) + 7
                 _ = try await store.append(
                     [NewMessage(message: text(id, from: "alice", to: "bob", at: time), deliveries: [Delivery(username: "bob")], routesPushes: true)],
                     app: app.id, receipt: nil)

@@ -314,6 +314,9 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
             #expect(try await store.bindings(of: "alice", app: app.id).isEmpty)
             #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["aa"])
+            // Found by its token: the current owner's device only.
+            #expect(try await store.bindings(holding: "aa", app: app.id).map { "\($0.username)/\($0.deviceID)/\($0.notifier)" } == ["bob/d9/ios"])
+            #expect(try await store.bindings(holding: "zz", app: app.id).isEmpty)
             // 410 with a timestamp before the binding: kept; after: removed.
             #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1, now: 5))
             #expect(try await store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 3, now: 5))
@@ -372,6 +375,14 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
             #expect(records.map(\.status) == [.pending, .sent])
             #expect(records[0].history.map(\.reason) == ["Shutdown"])
+            // Filtered on the server: status, reason, time of the last change, all together.
+            func ids(_ filter: PushJobFilter) async throws -> [Int64] { try await store.pushJobs(app: app.id, matching: filter, limit: 10).map(\.id) }
+            #expect(try await ids(PushJobFilter(status: .sent)) == [records[1].id])
+            #expect(try await ids(PushJobFilter(username: "bob", status: .pending, reason: "Shutdown")) == [records[0].id])
+            #expect(try await ids(PushJobFilter(status: .sent, reason: "Shutdown")).isEmpty)
+            #expect(try await ids(PushJobFilter(updatedSince: now + 1002)) == [records[0].id])
+            #expect(try await ids(PushJobFilter(updatedSince: now + 1003)).isEmpty)
+            #expect(try await ids(PushJobFilter(username: "carol", status: .pending)).isEmpty)
             #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 1, limit: 10).count == 1)
             #expect(try await store.pushJobs(app: app.id, username: nil, messageID: UInt64(Int64.max) + 1, limit: 10).isEmpty)
             // Finished records go with retention; pending ones stay whatever their age.

@@ -162,6 +162,23 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.get_by_role("link", name="Push certificates").click()
             failures.step("a test push to bob shows APNs' answer, reaches the simulator and is in Deliveries", test_push)
 
+            def test_push_by_token() -> None:
+                page.get_by_label("Username").fill("")
+                page.get_by_label("or Device token").fill("0D" * 32)
+                page.get_by_role("button", name="Send test push").click()
+                expect(page.locator("#test-push-result")).to_contain_text("APNs' answer for bob's devices")
+                answer = page.locator("#test-push-result table tbody tr")
+                expect(answer.locator("td.status-sent")).to_have_text("sent")
+                apns_id = answer.locator("td.mono").last.inner_text()
+                with urllib.request.urlopen(f"{control}/deliveries?device_token={'0d' * 32}", timeout=10) as reply:
+                    received = json.load(reply)["deliveries"]
+                assert any(d["apns_id"] == apns_id for d in received), f"the simulator has no push with apns-id {apns_id}"
+                page.get_by_label("or Device token").fill("ee" * 32)
+                page.get_by_role("button", name="Send test push").click()
+                expect(page.locator("#test-push-error")).to_contain_text("no device is bound with this device token")
+                page.get_by_label("or Device token").fill("")
+            failures.step("a test push to a device token reaches its holder (bob) and an unbound token is refused", test_push_by_token)
+
             not_a_key = workdir / "not-a-key.p8"
             not_a_key.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
 
@@ -220,11 +237,10 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.get_by_role("heading", name="User bob")).to_be_visible()
                 expect(page.locator('#device-list tr[data-device="bob-iphone"]')).to_contain_text("demo-apns")
                 page.get_by_label("Do not disturb for (minutes)").fill("60")
-                page.get_by_role("button", name="Save").click()
+                page.locator("#push-settings").get_by_role("button", name="Save").click()
                 expect(page.locator("#settings-notice")).to_have_text("Saved.")
                 page.reload()
                 expect(page.locator("#dnd_minutes-hint")).to_contain_text("Now silent until")
-                page.screenshot(path=str(screenshots / "user.png"), full_page=True)
                 page.get_by_role("link", name="Send a message").click()
                 page.get_by_label("From").fill("alice")
                 page.get_by_label("To", exact=True).fill("bob")
@@ -235,6 +251,42 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(row.locator("td.status-skipped")).to_have_text("skipped")
                 expect(row).to_contain_text("dnd")
             failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd", dnd_skips_the_next_push)
+
+            def devices_online_and_preferences() -> None:
+                password = re.search(r"\(password (\S+)\)", log_path.read_text())
+                assert password, "the demo printed no password"
+                # Bob's app, in another browser context: his bound phone and an unbound laptop connect over the WebSocket.
+                app_page = browser.new_page()
+                app_page.goto(f"{base}/console/")
+                connected = app_page.evaluate("""async (password) => {
+                    const answer = await (await fetch('/demo/chat/token', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                        body: JSON.stringify({grant_type: 'password', username: 'bob', password})})).json();
+                    const open = (device) => new Promise((resolve, reject) => {
+                        const socket = new WebSocket(`ws://${location.host}/demo/chat/ws?device_id=${device}&access_token=${answer.access_token}`);
+                        socket.onopen = () => resolve(device);
+                        socket.onerror = () => reject(new Error(`${device} could not connect`));
+                        window.sockets = (window.sockets || []).concat([socket]);
+                    });
+                    return Promise.all([open('bob-iphone'), open('bob-laptop')]);
+                }""", password.group(1))
+                assert connected == ["bob-iphone", "bob-laptop"], connected
+                page.goto(f"{base}/console/#/user?name=bob")
+                expect(page.locator('#device-list tr[data-device="bob-iphone"] td.online')).to_have_text("online")
+                expect(page.locator('#device-list tr[data-device="bob-laptop"]')).to_contain_text("not bound for push")
+                page.screenshot(path=str(screenshots / "user.png"), full_page=True)
+                app_page.close()
+                page.reload()
+                expect(page.locator('#device-list tr[data-device="bob-iphone"] td.offline')).to_have_text("offline")
+                expect(page.locator('#device-list tr[data-device="bob-laptop"]')).to_have_count(0)
+                page.get_by_label("Push language").fill("no such language!")
+                page.locator("#push-preferences").get_by_role("button", name="Save").click()
+                expect(page.locator("#push_language-error")).to_contain_text("translationLanguage")
+                page.get_by_label("Push language").fill("ja")
+                page.locator("#push-preferences").get_by_role("button", name="Save").click()
+                expect(page.locator("#preferences-notice")).to_have_text("Saved.")
+                page.reload()
+                expect(page.get_by_label("Push language")).to_have_value("ja")
+            failures.step("bob's page shows which devices are online (bound or not) and saves his push language", devices_online_and_preferences)
 
             def templates() -> None:
                 page.get_by_role("link", name="Templates").click()
@@ -269,14 +321,19 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.reload()
                 expect(page.get_by_label("Default time zone")).to_have_value("Asia/Shanghai")
                 expect(page.get_by_label("An image")).to_have_value("[图片]")
-            failures.step("the policy page saves the time zone and display strings, and shows a bad time zone's error", policy)
+                page.get_by_label("An image").fill("")
+                page.get_by_role("button", name="Save").click()
+                expect(page.locator("#policy-notice")).to_have_text("Saved.")
+                page.reload()
+                expect(page.get_by_label("An image")).to_have_value("")
+            failures.step("the policy page saves the time zone and display strings (and removes one), and shows a bad time zone's error", policy)
 
             def overview_counts() -> None:
                 page.get_by_role("link", name="Overview").click()
                 expect(page.locator("#figure-messages-day .figure-value")).to_have_text("2")
                 day = page.locator("#pushes-day tbody")
                 expect(day.locator("tr", has_text="dnd")).to_contain_text("1")
-                expect(day.locator("tr").filter(has=page.locator("td.status-sent"))).to_contain_text("2")
+                expect(day.locator("tr").filter(has=page.locator("td.status-sent"))).to_contain_text("3")  # two test pushes and a message
                 page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
                 day.get_by_role("link", name="dnd").click()
                 expect(page.locator("#delivery-list tbody tr")).to_have_count(1)

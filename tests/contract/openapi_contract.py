@@ -813,6 +813,13 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
         [(r.get("device_id"), r.get("status"), r.get("http_status")) for r in records] == [("dave-phone", "sent", 200)],
         "the test push reaches APNs and its answer is in the delivery record", repr(records))
     c.call("sendTestPush", token=app_token, body={"username": "carol"}, expect=404, error="service_resource_not_found", label="(no bound device)")
+    answer = c.call("sendTestPush", token=app_token, body={"device_token": phone_token.upper()}, label="(by device token)")
+    report.check(
+        isinstance(data_of(answer), dict) and data_of(answer).get("username") == "dave" and data_of(answer).get("queued") == 1,
+        "sendTestPush finds the device by its token and names its holder", repr(data_of(answer)))
+    c.call("sendTestPush", token=app_token, body={"device_token": secrets.token_hex(32)}, expect=404, error="service_resource_not_found", label="(token bound to nobody)")
+    c.call("sendTestPush", token=app_token, body={"device_token": "not hex"}, expect=400, error="illegal_argument", label="(token not hex)")
+    c.call("sendTestPush", token=app_token, body={"username": "dave", "device_token": phone_token}, expect=400, error="illegal_argument", label="(both username and token)")
     answer = c.call("getStats", token=app_token)
     stats = data_of(answer) if isinstance(data_of(answer), dict) else {}
     sent_today = sum(p.get("count", 0) for p in (stats.get("last_day") or {}).get("pushes", []) if p.get("status") == "sent")
@@ -945,6 +952,22 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
         c.call("listDeliveries", token=tokens["dave"], query={"username": "dave", "message_id": message, "limit": 5}, label="(user token, one message)")
     c.call("listDeliveries", token=tokens["dave"], expect=403, error="forbidden_op", label="(user token without username)")
     c.call("listDeliveries", token=app_token, query={"message_id": "abc"}, expect=400, error="illegal_argument", label="(message_id not decimal)")
+    finished = [r for r in records if r.get("status") != "pending"]
+    if finished:
+        first = finished[0]
+        query = {"username": "dave", "status": first["status"], "since": str(first["updated"])}
+        if first.get("reason"):
+            query["reason"] = first["reason"]
+        answer = c.call("listDeliveries", token=app_token, query=query, label="(status, reason, since)")
+        found = entities_of(answer)
+        report.check(
+            bool(found) and all(r.get("status") == first["status"] and r.get("updated", 0) >= first["updated"]
+                                and (not first.get("reason") or r.get("reason") == first["reason"]) for r in found),
+            "deliveries are filtered by status, reason and time on the server", repr(found))
+        later = c.call("listDeliveries", token=app_token, query={"username": "dave", "since": str(int(time.time() * 1000) + 3_600_000)}, label="(since the future)")
+        report.check(entities_of(later) == [], "no record was updated after a future time", repr(entities_of(later)))
+    c.call("listDeliveries", token=app_token, query={"status": "delivered"}, expect=400, error="illegal_argument", label="(unknown status)")
+    c.call("listDeliveries", token=app_token, query={"since": "yesterday"}, expect=400, error="illegal_argument", label="(since not a number)")
 
     # --- webhook callbacks (sent by the server) ------------------------------------------------------------------------
     # Wanted: a `push` event for dave-phone (sent) and, the simulator having refused dave-old's token, a `binding_removed`.
@@ -976,6 +999,10 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     def upgrade(key: str) -> dict:
         return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
 
+    answer = c.call("listUserResources", {"username": "carol"}, token=tokens["carol"], label="(no device connected)")
+    report.check(entities_of(answer) == [] and (answer is not None and answer.json.get("count") == 0), "listUserResources: nothing connected, nothing listed", repr(answer and answer.json))
+    c.call("listUserResources", {"username": "dave"}, token=tokens["carol"], expect=403, error="forbidden_op", label="(another user's token)")
+    c.call("listUserResources", {"username": "nobody"}, token=app_token, expect=404, error="user_not_found", label="(unknown user)")
     key = base64.b64encode(secrets.token_bytes(16)).decode()
     c.call("connectWebSocket", query={"device_id": "carol-ws"}, headers=upgrade(key), expect=401, error="unauthorized", label="(no token)")
     c.call("connectWebSocket", query={"device_id": "carol-ws"}, token=app_token, headers=upgrade(key), expect=401, error="auth_bad_access_token", label="(app token)")

@@ -130,11 +130,12 @@ async function overviewPage() {
   const figure = (label, value, id) => el("div", { class: "figure", id }, el("span", { class: "figure-value" }, String(value)), el("span", { class: "figure-label" }, label));
   const outcomes = (window) => {
     if (!window.pushes.length) return el("p", {}, "No push.");
+    const records = (p) => `#/deliveries?${new URLSearchParams({ status: p.status, reason: p.reason, since: String(window.since) })}`;
     return el("table", {},
       el("thead", {}, el("tr", {}, ["Outcome", "Reason", "Pushes"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, window.pushes.map((p) => el("tr", {},
         el("td", { class: `status-${p.status}` }, p.status),
-        el("td", {}, p.reason ? el("a", { href: `#/deliveries?status=${encodeURIComponent(p.status)}&reason=${encodeURIComponent(p.reason)}` }, p.reason) : ""),
+        el("td", {}, p.reason ? el("a", { href: records(p) }, p.reason) : ""),
         el("td", {}, String(p.count))))));
   };
   const expiring = stats.expiring_certificates.length
@@ -169,12 +170,17 @@ async function certificatesPage() {
   await loadCertificates(list);
 }
 
-/** Sends a test push to a user's bound devices and shows APNs' answer for each, as the delivery record gets it. */
+/**
+ * Sends a test push to a user's bound devices (or to the device bound with a token) and shows APNs' answer for each, as
+ * the delivery record gets it.
+ */
 function testPushForm() {
   const result = el("div", { id: "test-push-result", role: "status", "aria-live": "polite" });
   const form = el("form", { class: "card", id: "test-push", novalidate: true },
-    field("Username", "test_username", el("input", { type: "text", required: true })),
+    field("Username", "test_username", el("input", { type: "text" })),
     field("Device id", "test_device", el("input", { type: "text" }), "Optional: one of the user's devices (all of them when empty)."),
+    field("or Device token", "test_token", el("input", { type: "text", class: "mono", spellcheck: "false" }),
+      "The hex APNs token of a bound device, instead of a username: whoever holds it now gets the push."),
     el("p", { class: "form-error", id: "test-push-error", role: "alert" }),
     result,
     el("button", { type: "submit" }, "Send test push"));
@@ -182,24 +188,27 @@ function testPushForm() {
     event.preventDefault();
     clearErrors(form);
     result.replaceChildren();
-    const body = { username: form.elements.test_username.value.trim() };
-    if (!body.username) { setFieldError(form, "test_username", "Which user?"); return; }
-    if (form.elements.test_device.value.trim()) body.device_id = form.elements.test_device.value.trim();
+    const [username, token, device] = ["test_username", "test_token", "test_device"].map((name) => form.elements[name].value.trim());
+    if (username && token) { setFieldError(form, "test_token", "A username or a device token, not both."); return; }
+    if (!username && !token) { setFieldError(form, "test_username", "Which user (or device token)?"); return; }
+    const body = username ? { username } : { device_token: token };
+    if (device) body.device_id = device;
     let answer;
     try {
       answer = (await call("POST", "push/test", body)).data;
     } catch (error) {
-      form.querySelector("#test-push-error").textContent = error.message;
+      if (/device_token/.test(error.message)) setFieldError(form, "test_token", error.message);
+      else form.querySelector("#test-push-error").textContent = error.message;
       return;
     }
-    result.replaceChildren(el("p", {}, `Sent as message ${answer.message_id}; waiting for APNs…`));
+    result.replaceChildren(el("p", {}, `Sent to ${answer.username} as message ${answer.message_id}; waiting for APNs…`));
     let records = [];
     for (let wait = 0; wait < 30; wait++) {
       records = (await call("GET", `push/deliveries?message_id=${encodeURIComponent(answer.message_id)}`)).entities;
       if (records.length && records.every((r) => r.status !== "pending")) break;
       await new Promise((resolve) => setTimeout(resolve, 500));
     }
-    result.replaceChildren(el("table", { class: "test-push-answers" },
+    result.replaceChildren(el("p", {}, `APNs' answer for ${answer.username}'s devices:`), el("table", { class: "test-push-answers" },
       el("thead", {}, el("tr", {}, ["Device", "Certificate", "Status", "APNs status", "Reason", "apns-id"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, records.map((r) => el("tr", {},
         el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", { class: `status-${r.status}` }, r.status),
@@ -312,6 +321,7 @@ async function deliveriesPage() {
     field("Status", "status", el("select", {}, ["", "sent", "failed", "skipped", "expired", "pending"].map((s) =>
       el("option", { value: s, selected: params.get("status") === s }, s || "any")))),
     field("Reason", "reason", el("input", { type: "search", value: params.get("reason") || "" })),
+    params.get("since") ? el("p", { class: "hint", id: "delivery-since" }, `Updated since ${time(Number(params.get("since")))}.`) : null,
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -324,9 +334,9 @@ async function deliveriesPage() {
   });
   const results = el("div", { class: "table-wrap", id: "delivery-list" }, "Loading…");
   show("Deliveries", form, results);
-  const filtered = Boolean(params.get("status") || params.get("reason"));
-  const query = new URLSearchParams({ limit: filtered ? "1000" : "200" });
-  for (const name of ["username", "message_id"]) if (params.get(name)) query.set(name, params.get(name));
+  // The server filters; the newest 200 matching records are shown.
+  const query = new URLSearchParams({ limit: "200" });
+  for (const name of ["username", "message_id", "status", "reason", "since"]) if (params.get(name)) query.set(name, params.get(name));
   let records;
   try {
     records = (await call("GET", `push/deliveries?${query}`)).entities;
@@ -334,9 +344,8 @@ async function deliveriesPage() {
     results.replaceChildren(el("p", { class: "form-error", role: "alert" }, error.message));
     return;
   }
-  records = records.filter((r) => (!params.get("status") || r.status === params.get("status")) && (!params.get("reason") || r.reason === params.get("reason")));
   if (!records.length) {
-    results.replaceChildren(el("p", {}, filtered ? "No push record matches among the newest 1000 of these." : "No push record matches."));
+    results.replaceChildren(el("p", {}, "No push record matches."));
     return;
   }
   results.replaceChildren(el("table", {},
@@ -383,31 +392,72 @@ async function usersPage() {
 async function userPage() {
   const name = new URLSearchParams(location.hash.split("?")[1] || "").get("name") || "";
   const path = `users/${encodeURIComponent(name)}`;
-  const [user, bindings, settings] = await Promise.all([
-    call("GET", path), call("GET", `${path}/push/binding`), call("GET", `${path}/notification/user/${encodeURIComponent(name)}`)]);
+  const [user, settings, language, chosen, templates] = await Promise.all([
+    call("GET", path), call("GET", `${path}/notification/user/${encodeURIComponent(name)}`), call("GET", `${path}/notification/language`),
+    call("GET", `${path}/notification/template`), call("GET", "notification/template")]);
   const entity = user.entities[0];
   const devices = el("div", { class: "table-wrap", id: "device-list" });
-  renderDevices(devices, path, bindings.entities);
+  await renderDevices(devices, path);
   show(`User ${name}`,
     el("p", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(name)}` }, `${name}'s push records`)),
     el("section", { class: "card" }, el("h2", {}, "Devices"), devices, kickButton(path, name)),
-    settingsForm(path, name, entity, settings.data));
+    settingsForm(path, name, entity, settings.data),
+    preferencesForm(path, language.data.translationLanguage || "", chosen.data.templateName || "", templates.entities.map((t) => t.name)));
 }
 
-function renderDevices(target, path, bindings) {
-  if (!bindings.length) { target.replaceChildren(el("p", {}, "No device is bound for push.")); return; }
+/** The user's bound devices and the devices connected now (on any node): online or not, under which certificate. */
+async function renderDevices(target, path) {
+  const [bindings, resources] = await Promise.all([call("GET", `${path}/push/binding`), call("GET", `${path}/resources`)]);
+  const online = new Set(resources.entities.map((r) => r.res));
+  const unbound = [...online].filter((id) => !bindings.entities.some((b) => b.device_id === id));
+  if (!bindings.entities.length && !unbound.length) { target.replaceChildren(el("p", {}, "No device is bound for push or connected.")); return; }
+  const state = (id) => el("td", { class: online.has(id) ? "online" : "offline" }, online.has(id) ? "online" : "offline");
   target.replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, ["Device", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
-    el("tbody", {}, bindings.map((b) => {
+    el("thead", {}, el("tr", {}, ["Device", "Now", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, bindings.entities.map((b) => {
       const unbind = el("button", { type: "button", class: "danger", "aria-label": `Unbind ${b.device_id}` }, "Unbind");
       unbind.addEventListener("click", async () => {
         if (!window.confirm(`Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`)) return;
         await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name });
-        renderDevices(target, path, (await call("GET", `${path}/push/binding`)).entities);
+        await renderDevices(target, path);
       });
-      return el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), el("td", {}, b.notifier_name),
+      return el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), state(b.device_id), el("td", {}, b.notifier_name),
         el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""), el("td", {}, unbind));
-    }))));
+    }), unbound.map((id) => el("tr", { "data-device": id }, el("td", { class: "mono" }, id), state(id),
+      el("td", { colspan: "4" }, "not bound for push"))))));
+}
+
+/** The language pushes are translated to and the template the user's pushes use (Easemob's per-user choices). */
+function preferencesForm(path, language, template, templates) {
+  const choice = el("select", {}, el("option", { value: "", selected: !template }, "none (the message's own, or the default text)"),
+    templates.map((t) => el("option", { value: t, selected: t === template }, t)));
+  const form = el("form", { class: "card", id: "push-preferences", novalidate: true },
+    el("h2", {}, "Language and template"),
+    field("Push language", "push_language", el("input", { type: "text", value: language, placeholder: "en" }),
+      "A language code such as en, ja or zh-Hans; empty for none."),
+    field("Template", "push_template", choice),
+    el("p", { class: "form-error", id: "preferences-error", role: "alert" }),
+    el("p", { class: "notice", id: "preferences-notice", role: "status" }),
+    el("button", { type: "submit" }, "Save"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    form.querySelector("#preferences-notice").textContent = "";
+    try {
+      await call("PUT", `${path}/notification/language`, { translationLanguage: form.elements.push_language.value.trim() });
+    } catch (error) {
+      setFieldError(form, "push_language", error.message);
+      return;
+    }
+    try {
+      await call("PUT", `${path}/notification/template`, { templateName: choice.value });
+    } catch (error) {
+      setFieldError(form, "push_template", error.message);
+      return;
+    }
+    form.querySelector("#preferences-notice").textContent = "Saved.";
+  });
+  return form;
 }
 
 function kickButton(path, name) {
@@ -586,11 +636,9 @@ async function policyPage() {
     event.preventDefault();
     clearErrors(form);
     form.querySelector("#policy-notice").textContent = "";
+    // Every key is sent: an empty one removes its override.
     const strings = {};
-    for (const key of Object.keys(displayStringKeys)) {
-      const value = form.elements[`ds_${key}`].value.trim();
-      if (value) strings[key] = value;
-    }
+    for (const key of Object.keys(displayStringKeys)) strings[key] = form.elements[`ds_${key}`].value.trim();
     try {
       await call("PUT", "push/policy", { multi_device: multi.value, timezone: form.elements.timezone.value.trim(),
         badge_counts_muted: form.elements.badge_counts_muted.checked, display_strings: strings });
