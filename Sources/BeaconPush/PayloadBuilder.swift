@@ -181,6 +181,17 @@ public enum PayloadBuilder {
     private static let alertPrefix = #"{"aps":{"alert":"#
 
     public static func build(_ input: PayloadInput) throws(BeaconError) -> BuiltPayload {
+        try render(input).payload
+    }
+
+    /// A rendering, the limit its JSON was fitted to, and whether fitting shortened a text.
+    struct Rendering {
+        var payload: BuiltPayload
+        var fitLimit: Int
+        var shortened: Bool
+    }
+
+    static func render(_ input: PayloadInput) throws(BeaconError) -> Rendering {
         let message = input.message
         let apnsExt = message.ext["em_apns_ext"]?.objectValue ?? [:]
         let pushExt = message.ext["em_push_ext"]?.objectValue ?? [:]
@@ -241,7 +252,8 @@ public enum PayloadBuilder {
         let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit
         let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap { $0.utf8.count <= 64 ? $0 : nil }
-        let (fitted, json) = try fit(payload, limit: limit - (fixedBadge == nil ? badgeRoom : 0))
+        let fitLimit = limit - (fixedBadge == nil ? badgeRoom : 0)
+        let (fitted, json, shortened) = try fit(payload, limit: fitLimit)
         var badgeOffset: Int?
         if fixedBadge == nil, case .object(let fittedAPS)? = fitted["aps"], let fittedAlert = fittedAPS["alert"] {
             let prefix = alertPrefix + JSONWriter.string(fittedAlert)
@@ -252,22 +264,29 @@ public enum PayloadBuilder {
             // Not reachable with sorted keys; render the badge in place rather than lose it.
             aps["badge"] = .number(Double(min(max(input.badge, 0), maxBadge)))
             payload["aps"] = .object(aps)
-            return BuiltPayload(
-                withoutBadge: try fit(payload, limit: limit).json, badgeOffset: nil, badge: input.badge, voip: voip, collapseID: collapseID,
-                limit: limit)
+            let (_, json, shortened) = try fit(payload, limit: limit)
+            return Rendering(
+                payload: BuiltPayload(withoutBadge: json, badgeOffset: nil, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
+                fitLimit: limit, shortened: shortened)
         }
-        return BuiltPayload(withoutBadge: json, badgeOffset: badgeOffset, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit)
+        return Rendering(
+            payload: BuiltPayload(withoutBadge: json, badgeOffset: badgeOffset, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
+            fitLimit: fitLimit, shortened: shortened)
     }
 
     /// Shortens the body, then the title, then the subtitle, at a character boundary with "…", until the payload
     /// fits. When even empty texts do not fit (the sender's own fields are too big), throws 413. Linear in the texts' size.
-    static func fit(_ payload: [String: JSONValue], limit: Int) throws(BeaconError) -> (payload: [String: JSONValue], json: String) {
+    static func fit(_ payload: [String: JSONValue], limit: Int) throws(BeaconError)
+        -> (payload: [String: JSONValue], json: String, shortened: Bool)
+    {
         var payload = payload
         var json = JSONWriter.string(.object(payload))
+        var shortened = false
         for field in ["body", "title", "subtitle"] where json.utf8.count > limit {
             guard case .object(var aps)? = payload["aps"], case .object(var alert)? = aps["alert"], let text = alert[field]?.stringValue else {
                 continue
             }
+            shortened = true
             // Keep the longest prefix whose escaped form leaves room for the rest and "…" (3 bytes).
             let budget = escapedSize(text) - (json.utf8.count - limit) - 3
             alert[field] = .string(budget > 0 ? prefix(of: text, escapedSizeAtMost: budget) + "…" : "")
@@ -278,7 +297,7 @@ public enum PayloadBuilder {
         guard json.utf8.count <= limit else {
             throw BeaconError(.requestTooLarge, "the push fields of this message make a payload of \(json.utf8.count) bytes; APNs accepts \(limit)")
         }
-        return (payload, json)
+        return (payload, json, shortened)
     }
 
     /// The bytes `text` takes inside a JSON string literal (as `JSONWriter` writes it).

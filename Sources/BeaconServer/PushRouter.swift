@@ -197,6 +197,7 @@ final class PushRouter: Service, Sendable {
         let online = try await presence.onlineDevices(of: recipients, app: app.id)
         let now = clock()
         var jobs: [NewPushJob] = []
+        var payloads = MessagePayloads()
         for recipient in recipients {
             let bound = bindings[recipient] ?? []
             let onlineDevices = online[recipient] ?? []
@@ -206,26 +207,28 @@ final class PushRouter: Service, Sendable {
             }
             let decisions = PushDecision.decide(context.pushContext(for: recipient, bindings: bound, online: onlineDevices, now: now))
             for (binding, decision) in zip(bound, decisions) {
-                jobs.append(job(for: binding, skip: decision.skip, recipient: recipient, context: context, configs: configs, now: now))
+                jobs.append(
+                    job(for: binding, skip: decision.skip, recipient: recipient, context: context, payloads: &payloads, configs: configs, now: now))
             }
         }
         return Decided(app: app.id, policy: context.policy, jobs: jobs)
     }
 
     private func job(
-        for binding: PushBinding, skip: SkipReason?, recipient: String, context: RoutingContext, configs: [String: PushConfigRecord], now: Int64
+        for binding: PushBinding, skip: SkipReason?, recipient: String, context: RoutingContext, payloads: inout MessagePayloads,
+        configs: [String: PushConfigRecord], now: Int64
     ) -> NewPushJob {
         let config = configs[binding.notifier]
         var skipReason = skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
         // A call goes as VoIP to the device's VoIP token when it has one and the configuration allows VoIP; otherwise the
         // device gets an ordinary alert (real APNs refuses a VoIP push to an alert token).
-        var payload = skipReason == nil ? context.payload(for: recipient, allowsVoIP: true) : nil
+        var payload = skipReason == nil ? context.payload(for: recipient, allowsVoIP: true, using: &payloads) : nil
         var token = binding.deviceToken
         if let built = payload, built.voip {
             if config?.voip == true, let voipToken = binding.voipToken {
                 token = voipToken
             } else {
-                payload = context.payload(for: recipient, allowsVoIP: false)
+                payload = context.payload(for: recipient, allowsVoIP: false, using: &payloads)
             }
         }
         if skipReason == nil, payload == nil { skipReason = BeaconError.Code.requestTooLarge.rawValue }
@@ -293,10 +296,11 @@ struct RoutingContext {
             timeZone: profiles[recipient]?.timeZone.flatMap(TimeZone.init(identifier:)) ?? appZone, now: now)
     }
 
-    /// The receiver's payload, its badge left for the store to fill in; nil when it cannot fit APNs' limit.
-    func payload(for recipient: String, allowsVoIP: Bool) -> BuiltPayload? {
+    /// The receiver's payload, its badge left for the store to fill in; nil when it cannot fit APNs' limit. `payloads`
+    /// holds this message's renderings, shared by receivers who see the same notification.
+    func payload(for recipient: String, allowsVoIP: Bool, using payloads: inout MessagePayloads) -> BuiltPayload? {
         let profile = profiles[recipient] ?? PushProfile()
-        return try? PayloadBuilder.build(
+        return try? payloads.build(
             PayloadInput(
                 message: message, receiver: recipient, badge: 0, senderNickname: senderNickname,
                 style: DisplayStyle(rawValue: profile.displayStyle) ?? .simpleBanner, strings: strings, language: profile.language,

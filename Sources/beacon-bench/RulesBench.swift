@@ -23,6 +23,8 @@ struct Rules: AsyncParsableCommand {
         for _ in 0..<rounds {
             pushed = 0
             let start = monotonicNanoseconds()
+            // As the router does: one message's payloads share their renderings.
+            var payloads = MessagePayloads()
             for index in 0..<members {
                 let username = "m\(index)"
                 let context = PushContext(
@@ -32,7 +34,7 @@ struct Rules: AsyncParsableCommand {
                     conversationSettings: ConversationPushSettings(), timeZone: tokyo, now: 1_800_000_000_000)
                 let decisions = PushDecision.decide(context)
                 guard decisions.contains(where: { $0.skip == nil }) else { continue }
-                let payload = try PayloadBuilder.build(
+                let payload = try payloads.build(
                     PayloadInput(
                         message: message, receiver: username, badge: index % 20, senderNickname: "Alice", style: index % 2 == 0 ? .messageSummary : .simpleBanner,
                         language: index % 4 == 0 ? "ja" : nil, templates: templates))
