@@ -8,19 +8,21 @@ public enum JSONValue: Sendable, Hashable, Codable {
     case object([String: JSONValue])
 
     public init(from decoder: any Decoder) throws {
+        // Each kind is tried in turn and a wrong guess throws, which is slow: the most common kinds in messages come first
+        // (strings, then objects), so a typical body costs one miss instead of four.
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
+        } else if let value = try? container.decode([String: JSONValue].self) {
+            self = .object(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
         } else {
-            self = .object(try container.decode([String: JSONValue].self))
+            self = .array(try container.decode([JSONValue].self))
         }
     }
 

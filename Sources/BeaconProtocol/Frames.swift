@@ -94,6 +94,21 @@ public struct ReadState: Sendable, Hashable, Codable {
         self.version = version
         self.badge = badge
     }
+
+    /// Encoded through `jsonFields`, the one description of a marker's JSON.
+    public func encode(to encoder: any Encoder) throws {
+        try JSONValue.object(jsonFields).encode(to: encoder)
+    }
+
+    /// The marker's JSON fields (`badge` only when known).
+    var jsonFields: [String: JSONValue] {
+        var fields: [String: JSONValue] = [
+            "chat_type": .string(chatType.rawValue), "conversation": .string(conversation), "up_to": .string(upTo),
+            "seq": .number(Double(seq)), "version": .number(Double(version)),
+        ]
+        if let badge { fields["badge"] = .number(Double(badge)) }
+        return fields
+    }
 }
 
 extension ClientFrame: Codable {
@@ -178,38 +193,41 @@ extension ServerFrame: Codable {
         }
     }
 
+    /// Encoded through `jsonValue`, the one description of a frame's JSON.
     public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The frame as JSON text, keys sorted (`JSONWriter`): how the server sends it, several times faster than `JSONEncoder`.
+    public var json: String { JSONWriter.string(jsonValue) }
+
+    /// The frame's JSON. Integers are JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
+    /// millisecond time.
+    public var jsonValue: JSONValue {
+        func number(_ value: some BinaryInteger) -> JSONValue { .number(Double(value)) }
         switch self {
         case .welcome(let username, let deviceID, let cursor):
-            try c.encode("welcome", forKey: .op)
-            try c.encode(username, forKey: .username)
-            try c.encode(deviceID, forKey: .deviceID)
-            try c.encode(cursor, forKey: .cursor)
+            return ["op": "welcome", "username": .string(username), "device_id": .string(deviceID), "cursor": number(cursor)]
         case .message(let seq, let message):
-            try c.encode("msg", forKey: .op)
-            try c.encodeIfPresent(seq, forKey: .seq)
-            try c.encode(message, forKey: .message)
+            var fields: [String: JSONValue] = ["op": "msg", "message": message.jsonValue]
+            if let seq { fields["seq"] = number(seq) }
+            return .object(fields)
         case .sent(let id, let messageID, let timestamp):
-            try c.encode("sent", forKey: .op)
-            try c.encode(id, forKey: .id)
-            try c.encode(messageID, forKey: .messageID)
-            try c.encode(timestamp, forKey: .timestamp)
+            return ["op": "sent", "id": .string(id), "message_id": .string(messageID), "timestamp": number(timestamp)]
         case .synced(let seq):
-            try c.encode("synced", forKey: .op)
-            try c.encode(seq, forKey: .seq)
-        case .pong: try c.encode("pong", forKey: .op)
+            return ["op": "synced", "seq": number(seq)]
+        case .pong:
+            return ["op": "pong"]
         case .error(let id, let code, let description):
-            try c.encode("error", forKey: .op)
-            try c.encodeIfPresent(id, forKey: .id)
-            try c.encode(code, forKey: .code)
-            try c.encode(description, forKey: .description)
+            var fields: [String: JSONValue] = ["op": "error", "code": .string(code), "description": .string(description)]
+            if let id { fields["id"] = .string(id) }
+            return .object(fields)
         case .closing(let reason):
-            try c.encode("closing", forKey: .op)
-            try c.encode(reason, forKey: .reason)
+            return ["op": "closing", "reason": .string(reason)]
         case .read(let state):
-            try c.encode("read", forKey: .op)
-            try state.encode(to: encoder)
+            var fields = state.jsonFields
+            fields["op"] = "read"
+            return .object(fields)
         }
     }
 }

@@ -41,6 +41,21 @@ public struct WireMessage: Sendable, Hashable, Codable {
         self.routetype = try container.decodeIfPresent(String.self, forKey: .routetype)
     }
 
+    /// Encoded through `jsonValue`, the one description of a message's JSON.
+    public func encode(to encoder: any Encoder) throws {
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The message's JSON (Easemob's field names; `routetype` only when set).
+    public var jsonValue: JSONValue {
+        var fields: [String: JSONValue] = [
+            "msg_id": .string(msgID), "from": .string(from), "to": .string(to), "chat_type": .string(chatType.rawValue),
+            "type": .string(type.rawValue), "body": body, "ext": .object(ext), "timestamp": .number(Double(timestamp)),
+        ]
+        if let routetype { fields["routetype"] = .string(routetype) }
+        return .object(fields)
+    }
+
     /// The domain message, if the id is a valid 64-bit number.
     public var message: Message? {
         guard let id = UInt64(msgID) else { return nil }

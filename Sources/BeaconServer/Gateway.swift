@@ -259,8 +259,7 @@ struct DeviceSession {
     }
 
     private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {
-        let data = try JSONEncoder().encode(frame)
-        try await outbound.writeTextMessage(String(decoding: data, as: UTF8.self))
+        try await outbound.writeTextMessage(frame.json)
     }
 }
 

@@ -99,15 +99,28 @@ import Testing
 
     @Test func serverFramesRoundTrip() throws {
         let message = WireMessage(Message(id: 7, from: "a", to: "b", chatType: .chat, type: .txt, body: ["msg": "x"], timestamp: 5))
+        let rich = WireMessage(Message(
+            id: 912_205_496_344_117_248, from: "a\"q", to: "g", chatType: .groupchat, type: .custom,
+            body: ["customEvent": "e", "list": [1, 2.5, true, nil, ["k": "名前"]]], ext: ["em_at_list": ["b"], "n": 1_795_321_311_812],
+            timestamp: 1_795_321_311_812, onlineOnly: true))
         let frames: [ServerFrame] = [
             .welcome(username: "a", deviceID: "d", cursor: 3), .message(seq: 4, message: message), .message(seq: nil, message: message),
-            .sent(id: "c1", messageID: "7", timestamp: 5), .synced(seq: 9), .pong, .error(id: nil, code: "json_parse", description: "x"),
+            .message(seq: 9_007_199_254, message: rich), .sent(id: "c1", messageID: "7", timestamp: 5), .synced(seq: 9), .pong,
+            .error(id: nil, code: "json_parse", description: "x"), .error(id: "c2", code: "forbidden_op", description: "line\nbreak"),
             .closing(reason: "kicked"),
+            .read(ReadState(chatType: .chat, conversation: "b", upTo: "7", seq: 4, version: 2, badge: 3)),
+            .read(ReadState(chatType: .groupchat, conversation: "g", upTo: "8", seq: 5, version: 3)),
         ]
         for frame in frames {
+            // As the server writes it (JSONWriter) and through Codable: both read back as the same frame.
+            #expect(try JSONDecoder().decode(ServerFrame.self, from: Data(frame.json.utf8)) == frame)
             let data = try JSONEncoder().encode(frame)
             #expect(try JSONDecoder().decode(ServerFrame.self, from: data) == frame)
+            #expect(try JSONDecoder().decode(JSONValue.self, from: data) == frame.jsonValue)
         }
+        // Field names as the protocol documents them.
+        #expect(ServerFrame.message(seq: 4, message: message).json
+            == #"{"message":{"body":{"msg":"x"},"chat_type":"chat","ext":{},"from":"a","msg_id":"7","timestamp":5,"to":"b","type":"txt"},"op":"msg","seq":4}"#)
     }
 
     @Test func sendFrameUsesDocumentedFieldNames() throws {
