@@ -287,7 +287,7 @@ public actor BeaconClient {
                 ) { inbound, outbound, _ in
                     await self.connected(outbound)
                     for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                        guard case .text(let text) = message, let frame = try? ServerFrame(json: text)
                         else { continue }
                         await self.handle(frame, outbound: outbound)
                     }

@@ -69,7 +69,7 @@ public enum ServerFrame: Sendable, Hashable {
 }
 
 /// A conversation's read marker as devices receive it (`read` frame).
-public struct ReadState: Sendable, Hashable, Codable {
+public struct ReadState: Sendable, Hashable {
     public var chatType: ChatType
     /// The peer's username (1:1) or the group id.
     public var conversation: String
@@ -82,10 +82,6 @@ public struct ReadState: Sendable, Hashable, Codable {
     /// The user's badge after the change (absent in the markers sent after connecting).
     public var badge: Int?
 
-    enum CodingKeys: String, CodingKey {
-        case chatType = "chat_type", conversation, upTo = "up_to", seq, version, badge
-    }
-
     public init(chatType: ChatType, conversation: String, upTo: String, seq: Int64, version: Int64, badge: Int? = nil) {
         self.chatType = chatType
         self.conversation = conversation
@@ -93,21 +89,6 @@ public struct ReadState: Sendable, Hashable, Codable {
         self.seq = seq
         self.version = version
         self.badge = badge
-    }
-
-    /// Encoded through `jsonFields`, the one description of a marker's JSON.
-    public func encode(to encoder: any Encoder) throws {
-        try JSONValue.object(jsonFields).encode(to: encoder)
-    }
-
-    /// The marker's JSON fields (`badge` only when known).
-    var jsonFields: [String: JSONValue] {
-        var fields: [String: JSONValue] = [
-            "chat_type": .string(chatType.rawValue), "conversation": .string(conversation), "up_to": .string(upTo),
-            "seq": .number(Double(seq)), "version": .number(Double(version)),
-        ]
-        if let badge { fields["badge"] = .number(Double(badge)) }
-        return fields
     }
 }
 
@@ -155,79 +136,6 @@ extension ClientFrame: Codable {
         case .badge(let count):
             try container.encode("badge", forKey: .op)
             try container.encode(count, forKey: .count)
-        }
-    }
-}
-
-extension ServerFrame: Codable {
-    enum CodingKeys: String, CodingKey {
-        case op, username, deviceID = "device_id", cursor, seq, message, id, messageID = "message_id", timestamp,
-            code, description, reason
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        let op = try c.decode(String.self, forKey: .op)
-        switch op {
-        case "welcome":
-            self = .welcome(
-                username: try c.decode(String.self, forKey: .username),
-                deviceID: try c.decode(String.self, forKey: .deviceID), cursor: try c.decode(Int64.self, forKey: .cursor))
-        case "msg":
-            self = .message(
-                seq: try c.decodeIfPresent(Int64.self, forKey: .seq), message: try c.decode(WireMessage.self, forKey: .message))
-        case "sent":
-            self = .sent(
-                id: try c.decode(String.self, forKey: .id), messageID: try c.decode(String.self, forKey: .messageID),
-                timestamp: try c.decode(Int64.self, forKey: .timestamp))
-        case "synced": self = .synced(seq: try c.decode(Int64.self, forKey: .seq))
-        case "pong": self = .pong
-        case "error":
-            self = .error(
-                id: try c.decodeIfPresent(String.self, forKey: .id), code: try c.decode(String.self, forKey: .code),
-                description: try c.decode(String.self, forKey: .description))
-        case "closing": self = .closing(reason: try c.decode(String.self, forKey: .reason))
-        case "read": self = .read(try ReadState(from: decoder))
-        default:
-            throw DecodingError.dataCorruptedError(forKey: .op, in: c, debugDescription: "unknown op '\(op)'")
-        }
-    }
-
-    /// Encoded through `jsonValue`, the one description of a frame's JSON.
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
-    }
-
-    /// The frame as JSON text, keys sorted (`JSONWriter`): how the server sends it, several times faster than `JSONEncoder`.
-    public var json: String { JSONWriter.string(jsonValue) }
-
-    /// The frame's JSON. Integers are JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
-    /// millisecond time.
-    public var jsonValue: JSONValue {
-        func number(_ value: some BinaryInteger) -> JSONValue { .number(Double(value)) }
-        switch self {
-        case .welcome(let username, let deviceID, let cursor):
-            return ["op": "welcome", "username": .string(username), "device_id": .string(deviceID), "cursor": number(cursor)]
-        case .message(let seq, let message):
-            var fields: [String: JSONValue] = ["op": "msg", "message": message.jsonValue]
-            if let seq { fields["seq"] = number(seq) }
-            return .object(fields)
-        case .sent(let id, let messageID, let timestamp):
-            return ["op": "sent", "id": .string(id), "message_id": .string(messageID), "timestamp": number(timestamp)]
-        case .synced(let seq):
-            return ["op": "synced", "seq": number(seq)]
-        case .pong:
-            return ["op": "pong"]
-        case .error(let id, let code, let description):
-            var fields: [String: JSONValue] = ["op": "error", "code": .string(code), "description": .string(description)]
-            if let id { fields["id"] = .string(id) }
-            return .object(fields)
-        case .closing(let reason):
-            return ["op": "closing", "reason": .string(reason)]
-        case .read(let state):
-            var fields = state.jsonFields
-            fields["op"] = "read"
-            return .object(fields)
         }
     }
 }

@@ -7,7 +7,7 @@ public enum StoredForm {
     public static func encode(_ messages: [NewMessage]) throws -> [(new: NewMessage, id: Int64, body: String, ext: String)] {
         try messages.map { new in
             guard let id = new.message.id.storedID else { throw BeaconError(.internalError, "message id \(new.message.id) out of range") }
-            return (new, id, try json(new.message.body), try json(.object(new.message.ext)))
+            return (new, id, JSONWriter.string(new.message.body), JSONWriter.string(.object(new.message.ext)))
         }
     }
 
@@ -15,11 +15,12 @@ public enum StoredForm {
     public static func message(
         id: Int64, sender: String, recipient: String, chatType: String, type: String, body: String, ext: String, timestamp: Int64
     ) throws -> Message {
-        let decoder = JSONDecoder()
+        guard let extFields = try JSONReader.value(of: ext).objectValue else {
+            throw BeaconError(.internalError, "stored message \(id) has an ext that is not a JSON object")
+        }
         return Message(
             id: UInt64(bitPattern: id), from: sender, to: recipient, chatType: ChatType(rawValue: chatType) ?? .chat,
-            type: MessageType(rawValue: type) ?? .custom, body: try decoder.decode(JSONValue.self, from: Data(body.utf8)),
-            ext: try decoder.decode([String: JSONValue].self, from: Data(ext.utf8)), timestamp: timestamp)
+            type: MessageType(rawValue: type) ?? .custom, body: try JSONReader.value(of: body), ext: extFields, timestamp: timestamp)
     }
 
     /// A receipt's answer (receiver → message id) as JSON text: the first message of each receiver.
@@ -32,9 +33,5 @@ public enum StoredForm {
     public static func receiptIDs(from text: String) -> [String: UInt64] {
         let decoded = (try? JSONDecoder().decode([String: String].self, from: Data(text.utf8))) ?? [:]
         return decoded.compactMapValues { UInt64($0) }
-    }
-
-    private static func json(_ value: JSONValue) throws -> String {
-        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
     }
 }

@@ -209,7 +209,7 @@ struct Sync: AsyncParsableCommand {
             if received == messages { break }
         }
         let elapsed = Double(monotonicNanoseconds() - start) / 1e6
-        print("sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 300 ms, ratio \(format(elapsed / 300)))")
+        print("sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 200 ms, ratio \(format(elapsed / 200)))")
         print("rate: \(format(Double(messages) / elapsed * 1000, 0)) msg/s")
         await bob.logout()
         await server.stop()

@@ -1,0 +1,193 @@
+import BeaconCore
+
+// What the server sends, as JSON: each type describes its JSON once, both ways (`jsonValue` and `init(jsonValue:)`), and
+// its Codable conformance goes through that description. The server writes frames with `JSONWriter` and the SDK reads
+// them with `JSONReader`, several times faster than `JSONEncoder`/`JSONDecoder`, which reach a `JSONValue` only by
+// guessing. Integers travel as JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
+// millisecond time.
+
+/// A JSON object's fields, read with the errors a frame that does not match the protocol gets.
+struct JSONFields {
+    let fields: [String: JSONValue]
+    let context: String
+
+    init(_ value: JSONValue, _ context: String) throws(BeaconError) {
+        guard let fields = value.objectValue else { throw BeaconError(.jsonParse, "\(context) must be a JSON object") }
+        self.fields = fields
+        self.context = context
+    }
+
+    func string(_ key: String) throws(BeaconError) -> String {
+        guard let value = try optionalString(key) else { throw missing(key) }
+        return value
+    }
+
+    func optionalString(_ key: String) throws(BeaconError) -> String? {
+        guard let value = present(key) else { return nil }
+        guard let text = value.stringValue else { throw wrongType(key, "a string") }
+        return text
+    }
+
+    func int64(_ key: String) throws(BeaconError) -> Int64 {
+        guard let value = try optionalInt64(key) else { throw missing(key) }
+        return value
+    }
+
+    func optionalInt64(_ key: String) throws(BeaconError) -> Int64? {
+        guard let value = present(key) else { return nil }
+        guard let number = value.intValue else { throw wrongType(key, "an integer") }
+        return Int64(number)
+    }
+
+    func optionalObject(_ key: String) throws(BeaconError) -> [String: JSONValue]? {
+        guard let value = present(key) else { return nil }
+        guard let object = value.objectValue else { throw wrongType(key, "an object") }
+        return object
+    }
+
+    func value(_ key: String) throws(BeaconError) -> JSONValue {
+        guard let value = present(key) else { throw missing(key) }
+        return value
+    }
+
+    func enumeration<T: RawRepresentable>(_ key: String, _: T.Type) throws(BeaconError) -> T where T.RawValue == String {
+        guard let value = T(rawValue: try string(key)) else { throw wrongType(key, "a known value") }
+        return value
+    }
+
+    /// The field, unless absent or null (as `decodeIfPresent` reads it).
+    private func present(_ key: String) -> JSONValue? {
+        guard let value = fields[key], value != .null else { return nil }
+        return value
+    }
+
+    private func missing(_ key: String) -> BeaconError { BeaconError(.jsonParse, "\(context): missing field '\(key)'") }
+    private func wrongType(_ key: String, _ expected: String) -> BeaconError {
+        BeaconError(.jsonParse, "\(context): '\(key)' must be \(expected)")
+    }
+}
+
+extension ServerFrame: Codable {
+    /// Reads a frame from the text of a WebSocket message.
+    public init(json text: String) throws {
+        try self.init(jsonValue: try JSONReader.value(of: text))
+    }
+
+    public init(from decoder: any Decoder) throws {
+        try self.init(jsonValue: try JSONValue(from: decoder))
+    }
+
+    public init(jsonValue: JSONValue) throws(BeaconError) {
+        let frame = try JSONFields(jsonValue, "frame")
+        let op = try frame.string("op")
+        switch op {
+        case "welcome":
+            self = .welcome(username: try frame.string("username"), deviceID: try frame.string("device_id"), cursor: try frame.int64("cursor"))
+        case "msg":
+            self = .message(seq: try frame.optionalInt64("seq"), message: try WireMessage(jsonValue: try frame.value("message")))
+        case "sent":
+            self = .sent(id: try frame.string("id"), messageID: try frame.string("message_id"), timestamp: try frame.int64("timestamp"))
+        case "synced": self = .synced(seq: try frame.int64("seq"))
+        case "pong": self = .pong
+        case "error": self = .error(id: try frame.optionalString("id"), code: try frame.string("code"), description: try frame.string("description"))
+        case "closing": self = .closing(reason: try frame.string("reason"))
+        case "read": self = .read(try ReadState(fields: frame))
+        default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The frame as JSON text, keys sorted: how the server sends it.
+    public var json: String { JSONWriter.string(jsonValue) }
+
+    public var jsonValue: JSONValue {
+        func number(_ value: some BinaryInteger) -> JSONValue { .number(Double(value)) }
+        switch self {
+        case .welcome(let username, let deviceID, let cursor):
+            return ["op": "welcome", "username": .string(username), "device_id": .string(deviceID), "cursor": number(cursor)]
+        case .message(let seq, let message):
+            var fields: [String: JSONValue] = ["op": "msg", "message": message.jsonValue]
+            if let seq { fields["seq"] = number(seq) }
+            return .object(fields)
+        case .sent(let id, let messageID, let timestamp):
+            return ["op": "sent", "id": .string(id), "message_id": .string(messageID), "timestamp": number(timestamp)]
+        case .synced(let seq):
+            return ["op": "synced", "seq": number(seq)]
+        case .pong:
+            return ["op": "pong"]
+        case .error(let id, let code, let description):
+            var fields: [String: JSONValue] = ["op": "error", "code": .string(code), "description": .string(description)]
+            if let id { fields["id"] = .string(id) }
+            return .object(fields)
+        case .closing(let reason):
+            return ["op": "closing", "reason": .string(reason)]
+        case .read(let state):
+            var fields = state.jsonFields
+            fields["op"] = "read"
+            return .object(fields)
+        }
+    }
+}
+
+extension WireMessage: Codable {
+    public init(from decoder: any Decoder) throws {
+        try self.init(jsonValue: try JSONValue(from: decoder))
+    }
+
+    public init(jsonValue: JSONValue) throws(BeaconError) {
+        let message = try JSONFields(jsonValue, "message")
+        msgID = try message.string("msg_id")
+        from = try message.string("from")
+        to = try message.string("to")
+        chatType = try message.enumeration("chat_type", ChatType.self)
+        type = try message.enumeration("type", MessageType.self)
+        body = try message.value("body")
+        ext = try message.optionalObject("ext") ?? [:]
+        timestamp = try message.int64("timestamp")
+        routetype = try message.optionalString("routetype")
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The message's JSON (Easemob's field names; `routetype` only when set).
+    public var jsonValue: JSONValue {
+        var fields: [String: JSONValue] = [
+            "msg_id": .string(msgID), "from": .string(from), "to": .string(to), "chat_type": .string(chatType.rawValue),
+            "type": .string(type.rawValue), "body": body, "ext": .object(ext), "timestamp": .number(Double(timestamp)),
+        ]
+        if let routetype { fields["routetype"] = .string(routetype) }
+        return .object(fields)
+    }
+}
+
+extension ReadState: Codable {
+    public init(from decoder: any Decoder) throws {
+        try self.init(fields: try JSONFields(try JSONValue(from: decoder), "read state"))
+    }
+
+    init(fields: JSONFields) throws(BeaconError) {
+        self.init(
+            chatType: try fields.enumeration("chat_type", ChatType.self), conversation: try fields.string("conversation"),
+            upTo: try fields.string("up_to"), seq: try fields.int64("seq"), version: try fields.int64("version"),
+            badge: try fields.optionalInt64("badge").map { Int(clamping: $0) })
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try JSONValue.object(jsonFields).encode(to: encoder)
+    }
+
+    /// The marker's JSON fields (`badge` only when known).
+    var jsonFields: [String: JSONValue] {
+        var fields: [String: JSONValue] = [
+            "chat_type": .string(chatType.rawValue), "conversation": .string(conversation), "up_to": .string(upTo),
+            "seq": .number(Double(seq)), "version": .number(Double(version)),
+        ]
+        if let badge { fields["badge"] = .number(Double(badge)) }
+        return fields
+    }
+}
