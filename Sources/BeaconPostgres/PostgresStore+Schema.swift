@@ -40,6 +40,11 @@ extension PostgresStore {
         }
     }
 
+    public func pendingMigrations() async throws -> [String] {
+        let applied = try await rows("SELECT version FROM schema_migrations").map { try $0["version"].decode(String.self) }
+        return Self.migrations.map(\.version).filter { !applied.contains($0) }
+    }
+
     private static func applyMissing(on connection: PostgresConnection, logger: Logger) async throws -> [String] {
         try await connection.query(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",

@@ -121,9 +121,15 @@ extension PostgresStore {
         }
     }
 
-    public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
-        guard let row = try await rows("SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled").first else { return (0, nil) }
-        return (Int(try row["pending"].decode(Int64.self)), try row["oldest"].decode(Int64?.self))
+    public func webhookOutboxStats() async throws -> WebhookOutboxStats {
+        let query = """
+            SELECT (SELECT COUNT(*) FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled) AS pending,
+                (SELECT MIN(e.at) FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled) AS oldest,
+                (SELECT COALESCE(SUM(dropped_events), 0)::BIGINT FROM webhooks WHERE enabled) AS dropped
+            """
+        guard let row = try await rows(PostgresQuery(unsafeSQL: query)).first else { return WebhookOutboxStats(pending: 0, oldest: nil, dropped: 0) }
+        return WebhookOutboxStats(
+            pending: Int(try row["pending"].decode(Int64.self)), oldest: try row["oldest"].decode(Int64?.self), dropped: try row["dropped"].decode(Int64.self))
     }
 
     /// Drops the app's oldest events beyond `WebhookOutbox.maxEventsPerApp`, counting them on the webhook.

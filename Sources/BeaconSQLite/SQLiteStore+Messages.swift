@@ -68,7 +68,9 @@ extension SQLiteStore {
                     """,
                 arguments: [app, username, seq, max(limit, 0)])
             return try rows.map { row in
-                InboxEntry(username: username, seq: row["seq"], message: try Self.message(from: row), originDevice: row["origin_device"])
+                InboxEntry(
+                    username: username, seq: try row.decode(forColumn: "seq"), message: try Self.message(from: row),
+                    originDevice: try row.decode(forColumn: "origin_device"))
             }
         }
     }

@@ -24,13 +24,14 @@ extension SQLiteStore {
                     """,
                 arguments: [before, max(limit, 0)])
             {
-                let app: Int64 = row["route_app"]
-                guard row["id"] as Int64? != nil else {
-                    orphans.append((app, row["route_message"]))
+                let app: Int64 = try row.decode(forColumn: "route_app")
+                guard let id = try row.decode(Int64?.self, forColumn: "id") else {
+                    let routeMessage: Int64 = try row.decode(forColumn: "route_message")
+                    orphans.append((app, routeMessage))
                     continue
                 }
                 let message = try Self.message(from: row)
-                let names = try String.fetchAll(recipients, arguments: [app, row["id"] as Int64, message.from])
+                let names = try String.fetchAll(recipients, arguments: [app, id, message.from])
                 routes.append(PendingRoute(app: app, message: message, recipients: names))
             }
             return (routes, orphans)
@@ -119,9 +120,10 @@ extension SQLiteStore {
             var order: [Int64] = []
             var devices: [Int64: [SkippedDevice]] = [:]
             for row in rows {
-                let id: Int64 = row["message_id"]
+                let id: Int64 = try row.decode(forColumn: "message_id")
                 if devices[id] == nil { order.append(id) }
-                devices[id, default: []].append(SkippedDevice(deviceID: row["device_id"], notifier: row["notifier"]))
+                devices[id, default: []].append(
+                    SkippedDevice(deviceID: try row.decode(forColumn: "device_id"), notifier: try row.decode(forColumn: "notifier")))
             }
             let load = try db.cachedStatement(sql: "SELECT * FROM messages WHERE app_id = ? AND id = ?")
             return try order.compactMap { id in
@@ -148,7 +150,7 @@ extension SQLiteStore {
                     LIMIT ?
                     """,
                 arguments: [max(limit, 0)]
-            ).map { (app: $0["app_id"], username: $0["username"]) }
+            ).map { (app: try $0.decode(Int64.self, forColumn: "app_id"), username: try $0.decode(String.self, forColumn: "username")) }
         }
     }
 
@@ -175,7 +177,9 @@ extension SQLiteStore {
                     FROM push_jobs WHERE status = 'pending'
                     """,
                 arguments: [now])
-            return (pending: row?["pending"] ?? 0, oldestDue: row?["oldest"])
+            return (
+                pending: try row?.decode(Int.self, forColumn: "pending") ?? 0, oldestDue: try row?.decode(Int64?.self, forColumn: "oldest") ?? nil
+            )
         }
     }
 
@@ -253,11 +257,12 @@ extension SQLiteStore {
                 ])
             let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
             return try rows.map { row in
-                var job = Self.pushJob(from: row)
+                var job = try Self.pushJob(from: row)
                 job.history = try Row.fetchAll(history, arguments: [job.id]).map { attempt in
                     PushAttempt(
-                        at: attempt["at"], httpStatus: attempt["http_status"], reason: attempt["reason"],
-                        outcome: PushJobStatus(rawValue: attempt["outcome"]) ?? .pending)
+                        at: try attempt.decode(forColumn: "at"), httpStatus: try attempt.decode(forColumn: "http_status"),
+                        reason: try attempt.decode(forColumn: "reason"),
+                        outcome: PushJobStatus(rawValue: try attempt.decode(forColumn: "outcome")) ?? .pending)
                 }
                 return job
             }
@@ -270,15 +275,21 @@ extension SQLiteStore {
         }
     }
 
-    static func pushJob(from row: Row) -> PushJob {
+    /// Rows are decoded with errors, not GRDB's trapping subscripts: a damaged stored job fails the read, not the server.
+    static func pushJob(from row: Row) throws -> PushJob {
         PushJob(
-            id: row["id"], appID: row["app_id"], messageID: UInt64(bitPattern: row["message_id"] as Int64),
+            id: try row.decode(forColumn: "id"), appID: try row.decode(forColumn: "app_id"),
+            messageID: UInt64(bitPattern: try row.decode(Int64.self, forColumn: "message_id")),
             job: NewPushJob(
-                username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
-                topic: row["topic"], pushType: row["push_type"], priority: row["priority"], expiration: row["expiration"],
-                collapseID: row["collapse_id"], apnsID: row["apns_id"], payload: row["payload"]),
-            status: PushJobStatus(rawValue: row["status"]) ?? .pending, attempts: row["attempts"], lastStatus: row["last_status"],
-            lastReason: row["last_reason"], createdAt: row["created_at"], updatedAt: row["updated_at"], nextAttemptAt: row["next_attempt_at"],
-            claimToken: row["claim_token"])
+                username: try row.decode(forColumn: "username"), deviceID: try row.decode(forColumn: "device_id"),
+                notifier: try row.decode(forColumn: "notifier"), deviceToken: try row.decode(forColumn: "device_token"),
+                topic: try row.decode(forColumn: "topic"), pushType: try row.decode(forColumn: "push_type"),
+                priority: try row.decode(forColumn: "priority"), expiration: try row.decode(forColumn: "expiration"),
+                collapseID: try row.decode(forColumn: "collapse_id"), apnsID: try row.decode(forColumn: "apns_id"),
+                payload: try row.decode(forColumn: "payload")),
+            status: PushJobStatus(rawValue: try row.decode(forColumn: "status")) ?? .pending, attempts: try row.decode(forColumn: "attempts"),
+            lastStatus: try row.decode(forColumn: "last_status"), lastReason: try row.decode(forColumn: "last_reason"),
+            createdAt: try row.decode(forColumn: "created_at"), updatedAt: try row.decode(forColumn: "updated_at"),
+            nextAttemptAt: try row.decode(forColumn: "next_attempt_at"), claimToken: try row.decode(forColumn: "claim_token"))
     }
 }

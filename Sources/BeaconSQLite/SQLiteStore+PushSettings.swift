@@ -41,11 +41,13 @@ extension SQLiteStore {
         }
     }
 
-    private static func pushConfig(from row: Row) -> PushConfigRecord {
+    private static func pushConfig(from row: Row) throws -> PushConfigRecord {
         PushConfigRecord(
-            appID: row["app_id"], name: row["name"], kind: PushConfigRecord.Kind(rawValue: row["kind"]) ?? .p8, environment: row["environment"],
-            bundleID: row["bundle_id"], voip: row["voip"], keyID: row["key_id"], teamID: row["team_id"],
-            sealedSecret: [UInt8](row["sealed_secret"] as Data), expiresAt: row["expires_at"], createdAt: row["created_at"])
+            appID: try row.decode(forColumn: "app_id"), name: try row.decode(forColumn: "name"),
+            kind: PushConfigRecord.Kind(rawValue: try row.decode(forColumn: "kind")) ?? .p8, environment: try row.decode(forColumn: "environment"),
+            bundleID: try row.decode(forColumn: "bundle_id"), voip: try row.decode(forColumn: "voip"), keyID: try row.decode(forColumn: "key_id"),
+            teamID: try row.decode(forColumn: "team_id"), sealedSecret: [UInt8](try row.decode(Data.self, forColumn: "sealed_secret")),
+            expiresAt: try row.decode(forColumn: "expires_at"), createdAt: try row.decode(forColumn: "created_at"))
     }
 
     public func bind(_ binding: PushBinding, app: Int64) async throws {
@@ -116,7 +118,7 @@ extension SQLiteStore {
                     sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username IN (\(Self.marks(chunk.count))) ORDER BY username, device_id, notifier",
                     arguments: StatementArguments([app] + Array(chunk)))
                 {
-                    let binding = Self.binding(from: row)
+                    let binding = try Self.binding(from: row)
                     found[binding.username, default: []].append(binding)
                 }
             }
@@ -133,10 +135,11 @@ extension SQLiteStore {
         }
     }
 
-    static func binding(from row: Row) -> PushBinding {
+    static func binding(from row: Row) throws -> PushBinding {
         PushBinding(
-            username: row["username"], deviceID: row["device_id"], notifier: row["notifier"], deviceToken: row["device_token"],
-            voipToken: row["voip_token"], boundAt: row["bound_at"])
+            username: try row.decode(forColumn: "username"), deviceID: try row.decode(forColumn: "device_id"),
+            notifier: try row.decode(forColumn: "notifier"), deviceToken: try row.decode(forColumn: "device_token"),
+            voipToken: try row.decode(forColumn: "voip_token"), boundAt: try row.decode(forColumn: "bound_at"))
     }
 
     // MARK: Push settings
@@ -175,8 +178,9 @@ extension SQLiteStore {
                 {
                     settings.append(
                         PushSettingsRecord(
-                            username: row["username"], scope: row["scope"], remindType: row["remind_type"], quietHours: row["quiet_hours"],
-                            silentUntil: row["silent_until"]))
+                            username: try row.decode(forColumn: "username"), scope: try row.decode(forColumn: "scope"),
+                            remindType: try row.decode(forColumn: "remind_type"), quietHours: try row.decode(forColumn: "quiet_hours"),
+                            silentUntil: try row.decode(forColumn: "silent_until")))
                 }
                 for row in try Row.fetchAll(
                     db,
@@ -186,9 +190,11 @@ extension SQLiteStore {
                         """,
                     arguments: StatementArguments([app] + chunk))
                 {
-                    profiles[row["username"]] = PushProfile(
-                        timeZone: row["timezone"], displayStyle: row["display_style"], language: row["push_language"],
-                        template: row["push_template"], nickname: row["nickname"])
+                    let username: String = try row.decode(forColumn: "username")
+                    profiles[username] = PushProfile(
+                        timeZone: try row.decode(forColumn: "timezone"), displayStyle: try row.decode(forColumn: "display_style"),
+                        language: try row.decode(forColumn: "push_language"), template: try row.decode(forColumn: "push_template"),
+                        nickname: try row.decode(forColumn: "nickname"))
                 }
             }
             return (settings, profiles)
@@ -227,8 +233,9 @@ extension SQLiteStore {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM push_templates WHERE app_id = ? ORDER BY name", arguments: [app]).map { row in
                 PushTemplateRecord(
-                    name: row["name"], titlePattern: row["title_pattern"], contentPattern: row["content_pattern"], createdAt: row["created_at"],
-                    updatedAt: row["updated_at"])
+                    name: try row.decode(forColumn: "name"), titlePattern: try row.decode(forColumn: "title_pattern"),
+                    contentPattern: try row.decode(forColumn: "content_pattern"), createdAt: try row.decode(forColumn: "created_at"),
+                    updatedAt: try row.decode(forColumn: "updated_at"))
             }
         }
     }
@@ -244,10 +251,12 @@ extension SQLiteStore {
         try await read { db in
             let row = try Row.fetchOne(
                 db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?", arguments: [app])
-            let strings = (row?["display_strings"] as String?).flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
+            let stored: String? = try row?.decode(String?.self, forColumn: "display_strings") ?? nil
+            let strings = stored.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
             return PushPolicyRecord(
-                multiDevice: row?["multi_device"] ?? "all_offline", timezone: row?["default_timezone"] ?? "UTC", displayStrings: strings ?? [:],
-                badgeCountsMuted: row?["badge_counts_muted"] ?? false)
+                multiDevice: try row?.decode(String.self, forColumn: "multi_device") ?? "all_offline",
+                timezone: try row?.decode(String.self, forColumn: "default_timezone") ?? "UTC", displayStrings: strings ?? [:],
+                badgeCountsMuted: try row?.decode(Bool.self, forColumn: "badge_counts_muted") ?? false)
         }
     }
 

@@ -113,10 +113,14 @@ extension SQLiteStore {
         }
     }
 
-    public func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?) {
+    public func webhookOutboxStats() async throws -> WebhookOutboxStats {
         try await read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
-            return (try row?.decode(Int.self, forColumn: "pending") ?? 0, try row?.decode(Int64?.self, forColumn: "oldest") ?? nil)
+            let events = try Row.fetchOne(
+                db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
+            let dropped = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(dropped_events), 0) FROM webhooks WHERE enabled = 1")
+            return WebhookOutboxStats(
+                pending: try events?.decode(Int.self, forColumn: "pending") ?? 0, oldest: try events?.decode(Int64?.self, forColumn: "oldest") ?? nil,
+                dropped: dropped ?? 0)
         }
     }
 

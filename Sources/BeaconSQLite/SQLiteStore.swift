@@ -19,6 +19,8 @@ public final class SQLiteStore: BeaconStore {
 
     let pool: DatabasePool
     public let transactionTimings = TransactionTimings()
+    /// The database file.
+    public var path: String { pool.path }
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date. A new file is created
     /// readable by its owner only (0600); SQLite gives its WAL and shared-memory files the same mode.
@@ -34,6 +36,13 @@ public final class SQLiteStore: BeaconStore {
         try Self.migrator.migrate(pool)
     }
 
+    public func pendingMigrations() async throws -> [String] {
+        try await read { db in
+            let applied = try Self.migrator.appliedIdentifiers(db)
+            return Self.migrator.migrations.filter { !applied.contains($0) }
+        }
+    }
+
     /// A snapshot read on the pool, timed.
     func read<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
         try await transactionTimings.time(.read) { try await pool.read(body) }
@@ -47,7 +56,12 @@ public final class SQLiteStore: BeaconStore {
     /// Opens `beacon.sqlite` inside `directory`, creating the directory (0700) if needed.
     public convenience init(directory: String, durability: Durability = .full) throws {
         try PrivateDirectory.create(directory)
-        try self.init(path: (directory as NSString).appendingPathComponent("beacon.sqlite"), durability: durability)
+        try self.init(path: Self.databasePath(inDirectory: directory), durability: durability)
+    }
+
+    /// The database file of a data directory.
+    public static func databasePath(inDirectory directory: String) -> String {
+        (directory as NSString).appendingPathComponent("beacon.sqlite")
     }
 
     /// Creates the database file 0600 before SQLite opens it (its WAL and shm files follow its mode), and tightens the
@@ -254,9 +268,22 @@ public final class SQLiteStore: BeaconStore {
 
     // MARK: Backup
 
-    /// Writes a consistent, compacted copy of the database to `path` (`VACUUM INTO`) while the server keeps running:
-    /// it reads one snapshot on a reader connection, so writers never wait for it. Fails if `path` exists.
-    public func backup(to path: String) async throws {
+    /// Writes a consistent, compacted copy of the database file `database` to `path` (`VACUUM INTO`) while a server
+    /// keeps using it: one snapshot read on a connection of its own, so writers never wait for it. The database is
+    /// opened read-only — nothing is created, migrated or written there, whichever version the running server is — and
+    /// must exist. Fails if `path` exists.
+    public static func backup(database: String, to path: String) async throws {
+        guard FileManager.default.fileExists(atPath: database) else {
+            throw BeaconError(.illegalArgument, "there is no database at \(database) (check --data-dir or --database)")
+        }
+        var configuration = Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(10)
+        let source = try DatabaseQueue(path: database, configuration: configuration)
+        defer { try? source.close() }
+        guard try await source.read({ db in try db.tableExists("grdb_migrations") && db.tableExists("apps") }) else {
+            throw BeaconError(.illegalArgument, "\(database) is not a Beacon database")
+        }
         // Created empty first, exclusively and private (0600): the copy holds password hashes and sealed credentials.
         let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY, 0o600)
         guard descriptor >= 0 else {
@@ -264,7 +291,8 @@ public final class SQLiteStore: BeaconStore {
         }
         close(descriptor)
         do {
-            try await pool.unsafeRead { db in try db.execute(sql: "VACUUM INTO ?", arguments: [path]) }
+            // Outside a transaction: SQLite runs VACUUM in its own.
+            try source.inDatabase { db in try db.execute(sql: "VACUUM INTO ?", arguments: [path]) }
         } catch {
             try? FileManager.default.removeItem(atPath: path)
             throw error
@@ -318,12 +346,15 @@ public final class SQLiteStore: BeaconStore {
         }
     }
 
-    private static func app(from row: Row) -> AppRecord {
+    /// Rows are decoded with errors, not GRDB's trapping subscripts: a damaged stored app fails the read, not the server.
+    private static func app(from row: Row) throws -> AppRecord {
         AppRecord(
-            id: row["id"], key: AppKey(org: row["org"], name: row["name"]), clientID: row["client_id"],
-            clientSecretHash: row["client_secret_hash"],
-            limits: OfflineLimits(perChat: row["per_chat"], perGroup: row["per_group"], maxAgeSeconds: row["max_age_seconds"]),
-            createdAt: row["created_at"])
+            id: try row.decode(forColumn: "id"), key: AppKey(org: try row.decode(forColumn: "org"), name: try row.decode(forColumn: "name")),
+            clientID: try row.decode(forColumn: "client_id"), clientSecretHash: try row.decode(forColumn: "client_secret_hash"),
+            limits: OfflineLimits(
+                perChat: try row.decode(forColumn: "per_chat"), perGroup: try row.decode(forColumn: "per_group"),
+                maxAgeSeconds: try row.decode(forColumn: "max_age_seconds")),
+            createdAt: try row.decode(forColumn: "created_at"))
     }
 
     // MARK: Users
@@ -461,8 +492,9 @@ public final class SQLiteStore: BeaconStore {
         try await read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, id]).map { row in
                 GroupRecord(
-                    appID: row["app_id"], id: row["id"], name: row["name"], description: row["description"], owner: row["owner"],
-                    maxUsers: row["max_users"], createdAt: row["created_at"])
+                    appID: try row.decode(forColumn: "app_id"), id: try row.decode(forColumn: "id"), name: try row.decode(forColumn: "name"),
+                    description: try row.decode(forColumn: "description"), owner: try row.decode(forColumn: "owner"),
+                    maxUsers: try row.decode(forColumn: "max_users"), createdAt: try row.decode(forColumn: "created_at"))
             }
         }
     }
@@ -495,8 +527,9 @@ public final class SQLiteStore: BeaconStore {
 
     static func message(from row: Row) throws -> Message {
         try StoredForm.message(
-            id: row["id"], sender: row["sender"], recipient: row["recipient"], chatType: row["chat_type"], type: row["type"],
-            body: row["body"], ext: row["ext"], timestamp: row["timestamp"])
+            id: try row.decode(forColumn: "id"), sender: try row.decode(forColumn: "sender"), recipient: try row.decode(forColumn: "recipient"),
+            chatType: try row.decode(forColumn: "chat_type"), type: try row.decode(forColumn: "type"), body: try row.decode(forColumn: "body"),
+            ext: try row.decode(forColumn: "ext"), timestamp: try row.decode(forColumn: "timestamp"))
     }
 
     static func mapConstraint<T>(_ description: String, _ body: () throws -> T) throws -> T {

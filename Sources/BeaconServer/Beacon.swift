@@ -208,8 +208,8 @@ public struct BeaconServer: Sendable {
         get("/health") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok")))
         }
-        get("/ready") { [store, pushWorker, configuration] _, _ in
-            try await Self.readiness(store: store, pushWorker: pushWorker, clock: configuration.clock)
+        get("/ready") { [store, pushWorker, switchboard] _, _ in
+            await Self.readiness(store: store, pushWorker: pushWorker, cluster: switchboard.link)
         }
         get("/metrics") { [store, metrics, configuration] _, _ in
             Response(
@@ -234,6 +234,9 @@ public struct BeaconServer: Sendable {
         let router = makeRouter(routes: routes)
 
         let webSocketRouter = Router(context: BeaconRequestContext.self)
+        // Upgrades are requests too: logged and counted like the REST ones (refused ones with their status).
+        webSocketRouter.add(middleware: RequestLogMiddleware(logger: logger))
+        webSocketRouter.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         webSocketRouter.add(
             middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: RouteTable(), refusedUpgrades: refusedUpgrades))
         webSocketRouter.ws("/:org/:app/ws") { request, context in
@@ -274,27 +277,33 @@ public struct BeaconServer: Sendable {
         )
     }
 
-    /// `GET /ready`: 200 when the store answers (its schema was migrated when the server opened it) and the push worker
-    /// runs (when push is on), else 503; the body names each check.
-    private static func readiness(store: any BeaconStore, pushWorker: PushWorker?, clock: @Sendable () -> Int64) async throws -> Response {
-        var checks: [String: String] = ["migrations": "done"]
+    /// `GET /ready`: 200 when the store answers within `storeReadTimeout` with no migration of this version pending,
+    /// the push worker's loop runs and is not stuck (when push is on), and, on several nodes, this node's heartbeats
+    /// keep it safely alive; else 503. The body names each check.
+    static func readiness(store: any BeaconStore, pushWorker: PushWorker?, cluster: ClusterLink?) async -> Response {
+        var checks: [String: String] = [:]
         var ready = true
         do {
-            // A read by primary key (no app has id 0): it answers whether the store does, and writes nothing.
-            _ = try await withTimeout(BeaconMetrics.storeReadTimeout) { try await store.app(id: 0) }
+            let pending = try await withTimeout(BeaconMetrics.storeReadTimeout) { try await store.pendingMigrations() }
             checks["store"] = "ok"
-        } catch is TimedOut {
-            checks["store"] = "timeout"
-            ready = false
+            // Another node of a newer version may have migrated further; this one misses nothing it needs.
+            checks["migrations"] = pending.isEmpty ? "done" : "pending: \(pending.joined(separator: ", "))"
+            ready = pending.isEmpty
         } catch {
-            checks["store"] = "unreachable"
+            checks["store"] = error is TimedOut ? "timeout" : "unreachable"
+            checks["migrations"] = "unknown"
             ready = false
         }
         if let pushWorker {
-            checks["push_worker"] = pushWorker.isRunning ? "running" : "stopped"
-            ready = ready && pushWorker.isRunning
+            let health = pushWorker.health
+            checks["push_worker"] = health.rawValue
+            ready = ready && health == .running
         } else {
             checks["push_worker"] = "off"
+        }
+        if let cluster {
+            checks["cluster"] = cluster.isSafelyAlive ? "alive" : "heartbeat_late"
+            ready = ready && cluster.isSafelyAlive
         }
         checks["status"] = ready ? "ready" : "not_ready"
         return API.json(checks, status: ready ? .ok : .serviceUnavailable)

@@ -28,6 +28,7 @@ public final class BeaconMetrics: Sendable {
     private let storeUp: Prometheus.Gauge
     private let webhookOutbox: Prometheus.Gauge
     private let webhookOldestAge: Prometheus.Gauge
+    private let webhookDropped: Prometheus.Gauge
     private let webhookEventsDelivered: Metrics.Counter
     private let webhookLatency: Metrics.Timer
     private let instruments = Mutex(LabelledInstruments())
@@ -64,6 +65,9 @@ public final class BeaconMetrics: Sendable {
         storeUp = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_store_up"))
         webhookOutbox = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_outbox_events"))
         webhookOldestAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_oldest_event_age_seconds"))
+        // Kept by the store (per webhook, since it was set) and copied at scrape time: a gauge, as the registry has no
+        // counter that can be set; it only grows until a webhook is replaced or deleted.
+        webhookDropped = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_events_dropped"))
         webhookEventsDelivered = Metrics.Counter(label: "beacon_webhook_events_delivered_total", factory: factory)
         webhookLatency = Metrics.Timer(label: "beacon_webhook_delivery_duration_seconds", factory: factory)
     }
@@ -124,20 +128,24 @@ public final class BeaconMetrics: Sendable {
     /// An HTTP request: its route pattern, method and status.
     func request(route: String, method: String, status: Int, duration: Duration) {
         counter("beacon_http_requests_total", [("route", route), ("method", method), ("status", String(status))]).increment()
-        timer("beacon_http_request_duration_seconds", [("route", route), ("method", method)]).record(duration: duration)
+        timer("beacon_http_request_duration_seconds", [("route", route), ("method", method), ("status", String(status))])
+            .record(duration: duration)
     }
 
-    /// The text exposition. The push queue and the webhook outbox are read from the store now, waiting at most `storeReadTimeout`: a store that
-    /// fails or hangs sets `beacon_store_up` to 0 (and leaves the queue figures as they were) instead of failing the scrape.
+    /// The text exposition. The push queue and the webhook outbox are read from the store now, waiting at most
+    /// `storeReadTimeout` for both: a store that fails or hangs sets `beacon_store_up` to 0 (and leaves the queue figures
+    /// as they were) instead of failing the scrape.
     func render(store: any BeaconStore, now: Int64) async -> String {
         do {
-            let queue = try await withTimeout(Self.storeReadTimeout) { try await store.pushQueueStats(now: now) }
+            let (queue, outbox) = try await withTimeout(Self.storeReadTimeout) {
+                (try await store.pushQueueStats(now: now), try await store.webhookOutboxStats())
+            }
             queueDepth.set(Double(queue.pending))
             // In floating point: a stored due time far in the past (a damaged row) cannot overflow the subtraction.
             oldestDueAge.set(queue.oldestDue.map { max(0, Double(now) - Double($0)) / 1000 } ?? 0)
-            let outbox = try await withTimeout(Self.storeReadTimeout) { try await store.webhookOutboxStats() }
             webhookOutbox.set(Double(outbox.pending))
             webhookOldestAge.set(outbox.oldest.map { max(0, Double(now) - Double($0)) / 1000 } ?? 0)
+            webhookDropped.set(Double(outbox.dropped))
             storeUp.set(1.0)
         } catch {
             storeUp.set(0.0)
@@ -163,23 +171,6 @@ public final class BeaconMetrics: Sendable {
             text += "\(name)_count{kind=\"\(kind.rawValue)\"} \(histogram.count)\n"
         }
         return text
-    }
-}
-
-/// The store did not answer in time.
-struct TimedOut: Error {}
-
-/// Runs `body`, giving up with `TimedOut` after `limit` (the body is cancelled).
-func withTimeout<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            throw TimedOut()
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next() else { throw TimedOut() }
-        return first
     }
 }
 

@@ -26,9 +26,23 @@ final class PushWorker: Service, Sendable {
     let metrics: BeaconMetrics
     private let wake = WakeSignal()
     private let running = Atomic<Bool>(false)
+    /// When the loop last began a round (`DispatchTime` uptime, ns).
+    private let lastRound = Atomic<UInt64>(0)
 
-    /// Whether the worker's loop is running (`GET /ready`).
-    var isRunning: Bool { running.load(ordering: .relaxed) }
+    /// A round that has not ended after this long is stuck: a round waits at most 30 s for a turn and 10 s for an
+    /// answer per notification, all of them side by side, and records what it got.
+    static let stallAfter: Duration = .seconds(120)
+
+    /// The worker's loop, for `GET /ready`.
+    enum Health: String {
+        case running, stalled, stopped
+    }
+
+    var health: Health {
+        guard running.load(ordering: .relaxed) else { return .stopped }
+        let since = DispatchTime.now().uptimeNanoseconds &- lastRound.load(ordering: .relaxed)
+        return Duration.nanoseconds(Int64(clamping: since)) > Self.stallAfter ? .stalled : .running
+    }
 
     static let lease: Int64 = 60_000
     /// Outcomes written per transaction, at most; they are written as soon as the previous write is done.
@@ -57,6 +71,7 @@ final class PushWorker: Service, Sendable {
     }
 
     func run() async throws {
+        lastRound.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
         running.store(true, ordering: .relaxed)
         defer { running.store(false, ordering: .relaxed) }
         // Alone on its store, this process is the only one pushing: claims of an earlier process died with it. (On several
@@ -69,6 +84,7 @@ final class PushWorker: Service, Sendable {
             }
         }
         while Task.serviceShouldContinue {
+            lastRound.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let worked: Bool
             do {
                 worked = try await runOnce()
@@ -79,7 +95,7 @@ final class PushWorker: Service, Sendable {
             if !worked {
                 // Sleep until the next retry is due (at most a second, so that other nodes' jobs are seen too), or new jobs.
                 let due = (try? await store.nextPushJobDue()).flatMap { $0 } ?? Int64.max
-                let wait = Duration.milliseconds(max(10, min(due - clock(), 1000)))
+                let wait = Duration.milliseconds(max(10, min(due.subtractingReportingOverflow(clock()).partialValue, 1000)))
                 try? await cancelWhenGracefulShutdown { await self.wake.wait(upTo: wait) }
             }
         }
@@ -205,7 +221,9 @@ final class PushWorker: Service, Sendable {
 
     private func retryOrGiveUp(_ job: PushJob, httpStatus: Int?, reason: String?) -> PushAttemptOutcome {
         let now = clock()
-        guard now - job.createdAt < maxAge else {
+        // A creation time so far back that the age overflows (a damaged row) is past any limit.
+        let age = now.subtractingReportingOverflow(job.createdAt)
+        guard !age.overflow, age.partialValue < maxAge else {
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .expired, httpStatus: httpStatus, reason: reason)
         }
         metrics.pushRetries.increment()

@@ -20,12 +20,21 @@ public struct SecretBox: Sendable {
         self.init(key: SymmetricKey(data: data))
     }
 
+    /// The key file of a data directory.
+    public static func keyFile(inDataDirectory directory: String) -> String {
+        (directory as NSString).appendingPathComponent("secret.key")
+    }
+
+    /// The key in `directory/secret.key`, if there is one.
+    public static func existing(inDataDirectory directory: String) throws -> SecretBox? {
+        guard let text = try? String(contentsOfFile: keyFile(inDataDirectory: directory), encoding: .utf8) else { return nil }
+        return try SecretBox(base64: text.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     /// The key in `directory/secret.key`, created (0600) if missing.
     public static func fromDataDirectory(_ directory: String, logger: Logger) throws -> SecretBox {
-        let path = (directory as NSString).appendingPathComponent("secret.key")
-        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
-            return try SecretBox(base64: text.trimmingCharacters(in: .whitespacesAndNewlines))
-        }
+        if let existing = try existing(inDataDirectory: directory) { return existing }
+        let path = keyFile(inDataDirectory: directory)
         let key = SymmetricKey(size: .bits256)
         let text = key.withUnsafeBytes { Data($0).base64EncodedString() }
         try PrivateDirectory.create(directory)
@@ -51,6 +60,38 @@ public struct SecretBox: Sendable {
 
     public func open(_ sealed: [UInt8]) throws -> [UInt8] {
         [UInt8](try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: key))
+    }
+}
+
+extension SecretBox {
+    /// Seals every stored secret — push credentials and webhook secrets — with `new` instead of this key (`beacon
+    /// rotate-key`). A secret `new` already opens is left as it is, so a rotation cut short can simply run again; one
+    /// that neither key opens stops it, naming it. Re-setting a webhook resets its failure count; its waiting events stay.
+    /// Returns how many secrets were sealed again.
+    public func resealStoredSecrets(in store: any BeaconStore, with new: SecretBox, now: Int64) async throws -> Int {
+        /// The secret sealed with `new`, or nil when it already is.
+        func resealed(_ sealed: [UInt8], app: AppRecord, what: String) throws -> [UInt8]? {
+            if (try? new.open(sealed)) != nil { return nil }
+            guard let plaintext = try? self.open(sealed) else { throw WrongSecretKey(app: "\(app.key)", sealed: what) }
+            return try new.seal(plaintext)
+        }
+        var count = 0
+        for app in try await store.allApps() {
+            for var config in try await store.pushConfigs(app: app.id) {
+                guard let sealed = try resealed(config.sealedSecret, app: app, what: "push configuration '\(config.name)'") else { continue }
+                config.sealedSecret = sealed
+                try await store.savePushConfig(config)
+                count += 1
+            }
+            if var webhook = try await store.webhook(app: app.id)?.config,
+                let sealed = try resealed(webhook.sealedSecret, app: app, what: "the push-result webhook")
+            {
+                webhook.sealedSecret = sealed
+                _ = try await store.setWebhook(webhook, app: app.id, now: now)
+                count += 1
+            }
+        }
+        return count
     }
 }
 

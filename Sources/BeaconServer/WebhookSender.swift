@@ -20,8 +20,8 @@ final class WebhookSender: Service, Sendable {
     let logger: Logger
 
     /// Events per POST, at most.
-    static let batchSize = 100
-    /// Apps delivered to at once: one slow receiver does not hold up the others longer than a round.
+    static let batchSize = 500
+    /// Deliveries in flight at once, each to another app: one slow receiver holds one of them, never the others.
     static let concurrentApps = 8
     /// How long a claim on an app's events lasts (a node that dies mid-delivery hands them on after this).
     static let lease: Int64 = 60_000
@@ -46,33 +46,48 @@ final class WebhookSender: Service, Sendable {
             // Not followed: a redirect would send the signed events somewhere the app did not configure.
             configuration: .init(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(5), read: Self.requestTimeout)),
             backgroundActivityLogger: logger)
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                let delivered = await self.deliverRound(client: client)
-                if delivered == 0 { try? await Task.sleep(for: Self.pollInterval) }
-            }
-        }
+        await cancelWhenGracefulShutdown { await self.deliverContinuously(client: client) }
         try await client.shutdown()
     }
 
-    /// Claims up to `concurrentApps` due batches and delivers them side by side. Returns how many were claimed.
-    func deliverRound(client: HTTPClient) async -> Int {
-        var batches: [WebhookBatch] = []
-        do {
-            while batches.count < Self.concurrentApps,
-                let batch = try await store.claimWebhookBatch(now: clock(), lease: Self.lease, limit: Self.batchSize)
-            {
-                batches.append(batch)
+    /// Keeps up to `concurrentApps` deliveries going: as soon as one ends, the next due app's batch is claimed (the same
+    /// app's next batch included), so a receiver that takes its events promptly gets the next ones at once, and a slow
+    /// one holds one slot only. With nothing due, the outbox is looked at again every `pollInterval`.
+    func deliverContinuously(client: HTTPClient) async {
+        // A child answers true when it was a delivery, false when it was the poll timer.
+        await withTaskGroup(of: Bool.self) { group in
+            var deliveries = 0
+            var timerRunning = false
+            while !Task.isCancelled {
+                while deliveries < Self.concurrentApps, let batch = await claim() {
+                    group.addTask {
+                        await self.deliver(batch, client: client)
+                        return true
+                    }
+                    deliveries += 1
+                }
+                if !timerRunning {
+                    group.addTask {
+                        try? await Task.sleep(for: Self.pollInterval)
+                        return false
+                    }
+                    timerRunning = true
+                }
+                guard let wasDelivery = await group.next() else { break }
+                if wasDelivery { deliveries -= 1 } else { timerRunning = false }
             }
+            group.cancelAll()
+        }
+    }
+
+    /// The oldest events of the next app whose receiver is due, claimed; nil when none is (or the store failed).
+    private func claim() async -> WebhookBatch? {
+        do {
+            return try await store.claimWebhookBatch(now: clock(), lease: Self.lease, limit: Self.batchSize)
         } catch {
             logger.error("claiming webhook events failed", metadata: ["error": "\(error)"])
+            return nil
         }
-        await withTaskGroup(of: Void.self) { group in
-            for batch in batches {
-                group.addTask { await self.deliver(batch, client: client) }
-            }
-        }
-        return batches.count
     }
 
     private func deliver(_ batch: WebhookBatch, client: HTTPClient) async {
@@ -85,6 +100,11 @@ final class WebhookSender: Service, Sendable {
             failure = "no answer within \(Self.deliveryDeadline)"
         } catch {
             failure = "\(error)"
+        }
+        guard !Task.isCancelled else {
+            // Shutting down: not the receiver's failure. The claim lapses and the same events go again.
+            logger.debug("webhook delivery cancelled", metadata: ["app": "\(batch.app)", "events": "\(batch.events.count)"])
+            return
         }
         metrics.webhookDelivery(delivered: failure == nil, events: batch.events.count, duration: start.duration(to: .now))
         let now = clock()

@@ -19,6 +19,9 @@ public protocol BeaconStore: Sendable {
     func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord
     func app(_ key: AppKey) async throws -> AppRecord?
     func app(id: Int64) async throws -> AppRecord?
+    /// The schema migrations this version knows that the database has not recorded as applied (`GET /ready`: a store
+    /// that answers this is reachable and, with none pending, migrated).
+    func pendingMigrations() async throws -> [String]
     func allApps() async throws -> [AppRecord]
 
     // MARK: Users
@@ -187,8 +190,8 @@ public protocol BeaconStore: Sendable {
     /// lapsed and another took the app's events (nothing is changed).
     @discardableResult
     func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool
-    /// Events waiting for every enabled webhook, and when the oldest was recorded (ms).
-    func webhookOutboxStats() async throws -> (pending: Int, oldest: Int64?)
+    /// Events waiting for every enabled webhook, when the oldest was recorded, and how many were dropped at the bound.
+    func webhookOutboxStats() async throws -> WebhookOutboxStats
 
     // MARK: Console sessions
 

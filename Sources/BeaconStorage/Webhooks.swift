@@ -37,6 +37,22 @@ public struct WebhookState: Sendable, Hashable {
     }
 }
 
+/// The outbox as the metrics show it: over every enabled webhook.
+public struct WebhookOutboxStats: Sendable, Hashable {
+    /// Events recorded and not yet accepted by their receivers.
+    public var pending: Int
+    /// When the oldest of them was recorded (ms).
+    public var oldest: Int64?
+    /// Events dropped unsent at the outbox's bound (`WebhookState.droppedEvents`, summed).
+    public var dropped: Int64
+
+    public init(pending: Int, oldest: Int64?, dropped: Int64) {
+        self.pending = pending
+        self.oldest = oldest
+        self.dropped = dropped
+    }
+}
+
 /// The bounds of the webhook outbox.
 public enum WebhookOutbox {
     /// Events kept per app while the receiver does not take them; beyond, retention drops the oldest (counted).

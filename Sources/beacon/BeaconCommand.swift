@@ -19,7 +19,7 @@ struct BeaconCommand: AsyncParsableCommand {
         commandName: "beacon",
         abstract: "A self-hosted chat server with offline push to iOS.",
         subcommands: [
-            Serve.self, AppCommand.self, Migrate.self, Backup.self, APNsSim.self, RoutesCommand.self, ConfigReferenceCommand.self,
+            Serve.self, AppCommand.self, Migrate.self, Backup.self, RotateKey.self, APNsSim.self, RoutesCommand.self, ConfigReferenceCommand.self,
         ])
 }
 
@@ -377,14 +377,64 @@ struct Backup: AsyncParsableCommand {
 
     func run() async throws {
         let config = try await data.reader(flags: [:])
-        let logger = try makeLogger(config, fallbackLevel: .warning)
-        guard case .sqlite = try ConfiguredDatabase(config.value(Settings.database)) else {
+        guard case .sqlite(let path) = try ConfiguredDatabase(config.value(Settings.database)) else {
             throw ValidationError("beacon backup copies the embedded SQLite database; back PostgreSQL up with pg_dump (docs/deploy.md)")
         }
-        try await withConfiguredStore(config, logger: logger) { store, _ in
-            guard let sqlite = store as? SQLiteStore else { throw ValidationError("the configured store is not SQLite") }
-            try await sqlite.backup(to: file)
-            print("backed up to \(file)")
+        // Not through `withConfiguredStore`: opening the store would create a missing database, or migrate the live one.
+        try await SQLiteStore.backup(database: path ?? SQLiteStore.databasePath(inDirectory: config.value(Settings.dataDir)), to: file)
+        print("backed up to \(file)")
+    }
+}
+
+struct RotateKey: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate-key",
+        abstract: "Seal every stored push credential and webhook secret with a new secret key (stop every node first).",
+        discussion: """
+            The current key is the configured one (BEACON_SECRET_KEY, else DATA_DIR/secret.key); the new one comes from \
+            BEACON_NEW_SECRET_KEY (32 bytes, base64), kept out of the command line. Safe to run again after an interruption. \
+            With DATA_DIR/secret.key, the file is replaced by the new key at the end; otherwise set BEACON_SECRET_KEY to the \
+            new key on every node. Tokens are signed with a key derived from the secret key: everyone signs in again.
+            """)
+
+    @OptionGroup var data: DataOptions
+
+    func run() async throws {
+        let config = try await data.reader(flags: [:])
+        let logger = try makeLogger(config, fallbackLevel: .warning)
+        guard let newText = ProcessInfo.processInfo.environment["BEACON_NEW_SECRET_KEY"] else {
+            throw ValidationError("set BEACON_NEW_SECRET_KEY to the new key (32 random bytes, base64: openssl rand -base64 32)")
         }
+        let new = try SecretBox(base64: newText)
+        let dataDir = config.value(Settings.dataDir)
+        let keyInFile = config.value(Settings.secretKey) == nil
+        let current: SecretBox
+        if let text = config.value(Settings.secretKey) {
+            current = try SecretBox(base64: text)
+        } else if let existing = try SecretBox.existing(inDataDirectory: dataDir) {
+            current = existing
+        } else {
+            throw ValidationError("no current key: set BEACON_SECRET_KEY, or --data-dir to the directory holding secret.key")
+        }
+        if keyInFile, case .postgres = try ConfiguredDatabase(config.value(Settings.database)) {
+            throw ValidationError("with PostgreSQL the current key is BEACON_SECRET_KEY")
+        }
+        let count = try await withConfiguredStore(config, logger: logger) { store, _ in
+            try await current.resealStoredSecrets(in: store, with: new, now: Int64(Date().timeIntervalSince1970 * 1000))
+        }
+        print("sealed \(count) stored secret(s) with the new key")
+        guard keyInFile else {
+            print("now set BEACON_SECRET_KEY to the new key on every node and start them")
+            return
+        }
+        // Replaced in one step (a rename), so the file always holds one whole key.
+        let path = SecretBox.keyFile(inDataDirectory: dataDir)
+        let staged = path + ".new"
+        try? FileManager.default.removeItem(atPath: staged)
+        guard FileManager.default.createFile(atPath: staged, contents: Data(newText.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw ValidationError("could not write \(staged)")
+        }
+        guard rename(staged, path) == 0 else { throw ValidationError("could not replace \(path): \(String(cString: strerror(errno)))") }
+        print("\(path) now holds the new key")
     }
 }

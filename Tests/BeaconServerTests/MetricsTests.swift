@@ -1,8 +1,14 @@
 import APNsSimulator
 import BeaconCore
+@testable import BeaconPostgres
 @testable import BeaconServer
+@testable import BeaconSQLite
 import BeaconStorage
 import Foundation
+import GRDB
+import HummingbirdWSClient
+import Logging
+import Synchronization
 import Testing
 
 private let phone = String(repeating: "ef", count: 32)
@@ -14,6 +20,11 @@ private let phone = String(repeating: "ef", count: 32)
         let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil)
         #expect(status == 200)
         return Set((body.stringValue ?? "").split(separator: "\n").map(String.init))
+    }
+
+    /// `/ready`'s checks: these, and the cluster's on PostgreSQL (whose test servers are cluster nodes).
+    private static func checks(_ beacon: TestBeacon, _ checks: [String: JSONValue]) -> JSONValue {
+        .object(beacon.store is PostgresStore ? checks.merging(["cluster": "alive"]) { $1 } : checks)
     }
 
     /// The value of the sample named exactly `sample` (with its labels).
@@ -93,13 +104,74 @@ private let phone = String(repeating: "ef", count: 32)
         try await withPushBeacon { beacon, _ in
             let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
             #expect(status == 200)
-            #expect(body == ["status": "ready", "store": "ok", "migrations": "done", "push_worker": "running"])
+            #expect(body == Self.checks(beacon, ["status": "ready", "store": "ok", "migrations": "done", "push_worker": "running"]))
             #expect(try await TestBeacon.rest(beacon.baseURL, "GET", "/health", body: nil, token: nil).1 == "ok")
             // Unknown paths share one route label, whatever they are.
             for path in ["/nope", "/acme/chat/nothing/here"] {
                 #expect(try await TestBeacon.rest(beacon.baseURL, "GET", path, body: nil, token: nil).0 == 404)
             }
-            #expect(try await Self.metrics(beacon).contains(#"beacon_http_requests_total{route="NotFound",method="GET",status="404"} 2"#))
+            let lines = try await Self.metrics(beacon)
+            #expect(lines.contains(#"beacon_http_requests_total{route="NotFound",method="GET",status="404"} 2"#))
+            #expect(lines.contains(#"beacon_http_request_duration_seconds_count{route="NotFound",method="GET",status="404"} 2"#))
         }
+    }
+
+    /// A WebSocket upgrade is a request too: a refused one is counted with its status.
+    @Test func refusedUpgradesAreCounted() async throws {
+        try await TestBeacon.run { beacon in
+            _ = try? await WebSocketClient.connect(
+                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=d&access_token=not-a-token", logger: Logger(label: "test")
+            ) { _, _, _ in }
+            let lines = try await Self.metrics(beacon)
+            #expect(lines.contains { $0.hasPrefix("beacon_http_requests_total{") && $0.contains("/ws\"") && $0.contains(#"status="401""#) })
+        }
+    }
+
+    /// A database that lacks a migration this version needs (an old backup restored under a running node) is not
+    /// ready, and says which.
+    @Test func readinessFailsWhileAMigrationIsPending() async throws {
+        try await withPushBeacon { beacon, _ in
+            let missing: String
+            switch beacon.store {
+            case let sqlite as SQLiteStore:
+                missing = try #require(SQLiteStore.migrator.migrations.last)
+                let queue = try DatabaseQueue(path: sqlite.path)
+                try await queue.write { db in try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [missing]) }
+                try queue.close()
+            case let postgres as PostgresStore:
+                missing = try #require(PostgresStore.migrations.last?.version)
+                try await postgres.execute("DELETE FROM schema_migrations WHERE version = \(missing)")
+            default:
+                Issue.record("unknown store \(type(of: beacon.store))")
+                return
+            }
+            let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
+            #expect(status == 503)
+            #expect(body == Self.checks(beacon, ["status": "not_ready", "store": "ok", "migrations": .string("pending: \(missing)"), "push_worker": "running"]))
+        }
+    }
+
+    /// The bound holds for a body that ignores cancellation (as a postgres-nio query does): the wait ends on time and
+    /// the body finishes in the background.
+    @Test func aTimeoutDoesNotWaitForABodyThatIgnoresCancellation() async throws {
+        let (release, releaseSink) = AsyncStream.makeStream(of: Void.self)
+        let (finished, finishedSink) = AsyncStream.makeStream(of: Bool.self)
+        let ended = Atomic<Bool>(false)
+        await #expect(throws: TimedOut.self) {
+            try await withTimeout(.milliseconds(50)) {
+                // Waits for the release below, cancelled or not (an unstructured task's wait is not cancelled with this one).
+                await Task { for await _ in release { break } }.value
+                ended.store(true, ordering: .relaxed)
+                finishedSink.yield(Task.isCancelled)
+                return 1
+            }
+        }
+        let endedEarly = ended.load(ordering: .relaxed)
+        #expect(!endedEarly)
+        releaseSink.yield()
+        // It ran on, was cancelled, and its result went nowhere.
+        let wasCancelled = try await withTimeout(.seconds(10)) { await finished.first { _ in true } }
+        #expect(wasCancelled == true)
+        #expect(try await withTimeout(.seconds(10)) { 7 } == 7)
     }
 }

@@ -1,4 +1,5 @@
 import BeaconAPNs
+import BeaconCore
 import BeaconSQLite
 import BeaconStorage
 import Crypto
@@ -63,6 +64,35 @@ import Testing
             }
             #expect(error?.sealed == "the push-result webhook")
             try await PushConfigs.checkOpens(store: beacon.store, box: SecretBox(key: testSecretKey))
+        }
+    }
+
+    /// `beacon rotate-key`: every stored secret is sealed with the new key, the plaintext unchanged; running it again
+    /// changes nothing; a secret neither key opens stops it, naming it.
+    @Test func rotatingTheKeyResealsEveryStoredSecret() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.uploadP8(name: "ios-prod")
+            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef0123"])
+            #expect(put.status == 200)
+            let app = try #require(try await beacon.store.app(AppKey(org: "acme", name: "chat")))
+            let old = SecretBox(key: testSecretKey)
+            let new = SecretBox(key: SymmetricKey(size: .bits256))
+            let credentials = try old.open(try #require(try await beacon.store.pushConfig("ios-prod", app: app.id)).sealedSecret)
+
+            #expect(try await old.resealStoredSecrets(in: beacon.store, with: new, now: 1) == 2)
+            try await PushConfigs.checkOpens(store: beacon.store, box: new)
+            #expect(try new.open(try #require(try await beacon.store.pushConfig("ios-prod", app: app.id)).sealedSecret) == credentials)
+            let webhook = try #require(try await beacon.store.webhook(app: app.id))
+            #expect(try new.open(webhook.config.sealedSecret) == Array("0123456789abcdef0123".utf8))
+            #expect(webhook.config.url == "http://127.0.0.1:9/hook" && webhook.config.enabled)
+            // Again (an interrupted rotation run a second time): nothing left to do.
+            #expect(try await old.resealStoredSecrets(in: beacon.store, with: new, now: 2) == 0)
+            // From a key that opens nothing.
+            let error = await #expect(throws: WrongSecretKey.self) {
+                try await SecretBox(key: SymmetricKey(size: .bits256)).resealStoredSecrets(
+                    in: beacon.store, with: SecretBox(key: SymmetricKey(size: .bits256)), now: 3)
+            }
+            #expect(error?.sealed == "push configuration 'ios-prod'")
         }
     }
 }

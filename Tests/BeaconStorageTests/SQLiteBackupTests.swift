@@ -1,5 +1,5 @@
 import BeaconCore
-import BeaconSQLite
+@testable import BeaconSQLite
 import BeaconStorage
 import Foundation
 import GRDB
@@ -19,7 +19,7 @@ import Testing
         async let writes: Void = {
             for id in UInt64(21)...60 { _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")]) }
         }()
-        try await store.backup(to: target)
+        try await SQLiteStore.backup(database: store.path, to: target)
         try await writes
         let mode = try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int
         #expect(mode == 0o600)
@@ -29,7 +29,35 @@ import Testing
         #expect(inbox.map(\.seq) == Array(1...Int64(inbox.count)))
         #expect(try await copy.user("alice", app: app.id) != nil)
         // Never over an existing file.
-        await #expect(throws: BeaconError.self) { try await store.backup(to: target) }
+        await #expect(throws: BeaconError.self) { try await SQLiteStore.backup(database: store.path, to: target) }
+    }
+
+    /// The source is opened read-only: a missing database is an error (nothing is created where it was expected), and a
+    /// database of an older schema is copied as it is, not migrated.
+    @Test func aBackupCreatesAndMigratesNothing() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-backup-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let missing = directory.appendingPathComponent("nothing.sqlite").path
+        await #expect(throws: BeaconError.self) { try await SQLiteStore.backup(database: missing, to: directory.appendingPathComponent("a").path) }
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("a").path))
+
+        let live = directory.appendingPathComponent("live.sqlite").path
+        let store = try SQLiteStore(path: live)
+        #expect(try await store.pendingMigrations().isEmpty)
+        // As if an older version had made it: the newest migration not applied yet.
+        let queue = try DatabaseQueue(path: live)
+        let newest = try #require(SQLiteStore.migrator.migrations.last)
+        try await queue.write { db in try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [newest]) }
+        try queue.close()
+        #expect(try await store.pendingMigrations() == [newest])
+        try await SQLiteStore.backup(database: live, to: directory.appendingPathComponent("copy").path)
+        #expect(try await store.pendingMigrations() == [newest])
+
+        let notBeacon = directory.appendingPathComponent("other.sqlite").path
+        try await DatabaseQueue(path: notBeacon).write { db in try db.execute(sql: "CREATE TABLE t (x)") }
+        await #expect(throws: BeaconError.self) { try await SQLiteStore.backup(database: notBeacon, to: directory.appendingPathComponent("b").path) }
     }
 }
 
@@ -60,5 +88,47 @@ import Testing
         }
         await #expect(throws: (any Error).self) { try await store.claimWebhookBatch(now: now, lease: 1000, limit: 10) }
         await #expect(throws: (any Error).self) { try await store.webhookOutboxStats() }
+    }
+
+    @Test func damagedAppPushJobAndPushConfigurationRowsAreErrorsNotTraps() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(directory: directory.path)
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+        _ = try await store.append(
+            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            receipt: nil)
+        let job = NewPushJob(
+            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: "alert", priority: 10, expiration: 0,
+            collapseID: nil, apnsID: "id", payload: #"{"aps":{"alert":"x"}}"#)
+        #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
+        try await store.savePushConfig(
+            PushConfigRecord(
+                appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K", teamID: "T",
+                sealedSecret: [1, 2, 3], expiresAt: nil, createdAt: now))
+        // Undamaged, they read (and the job is one a claim would hand out).
+        #expect(try await store.app(id: app.id) != nil)
+        #expect(try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10).map(\.status) == [.pending])
+        #expect(try await store.pushConfig("ios", app: app.id) != nil)
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
+        try await queue.write { db in
+            try db.execute(sql: "UPDATE apps SET per_chat = 'garbage'")
+            try db.execute(sql: "UPDATE push_jobs SET priority = 'garbage'")
+            try db.execute(sql: "UPDATE push_configs SET created_at = 'garbage'")
+            try db.execute(sql: "UPDATE push_bindings SET bound_at = 'garbage'")
+        }
+        try queue.close()
+        await #expect(throws: (any Error).self) { try await store.app(app.key) }
+        await #expect(throws: (any Error).self) { try await store.app(id: app.id) }
+        await #expect(throws: (any Error).self) { try await store.allApps() }
+        await #expect(throws: (any Error).self) { try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10) }
+        await #expect(throws: (any Error).self) { try await store.claimPushJobs(now: now, lease: 1000, limit: 10) }
+        await #expect(throws: (any Error).self) { try await store.pushConfig("ios", app: app.id) }
+        await #expect(throws: (any Error).self) { try await store.pushConfigs(app: app.id) }
+        await #expect(throws: (any Error).self) { try await store.bindings(of: ["bob"], app: app.id) }
+        // The queue's counters read no damaged column: they still answer.
+        #expect(try await store.pushQueueStats(now: now).pending == 1)
     }
 }
