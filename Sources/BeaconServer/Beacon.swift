@@ -177,6 +177,17 @@ public struct BeaconServer: Sendable {
 
     /// Beacon as one service: the HTTP application and, on graceful shutdown (SIGTERM), a `closing` `shutdown` frame to
     /// every device before the server stops (at most `shutdownNoticeTimeout` waiting for them to go).
+    /// The `http://` URL of `host` and `port` (an IPv6 address in brackets). `reachableHere` puts this machine's loopback
+    /// for an address that listens everywhere (`0.0.0.0`, `::`), for a URL to open in a browser or curl here.
+    public static func url(host: String, port: Int, reachableHere: Bool = false) -> String {
+        switch host {
+        case "0.0.0.0" where reachableHere: "http://127.0.0.1:\(port)"
+        case "::" where reachableHere: "http://[::1]:\(port)"
+        case let address where address.contains(":"): "http://[\(address)]:\(port)"
+        default: "http://\(host):\(port)"
+        }
+    }
+
     /// `onRunning` receives the bound port (useful with port 0).
     public func makeService(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some Service {
         // Hummingbird stops its server before the application's own services, closing WebSockets without a word; the
@@ -270,7 +281,7 @@ public struct BeaconServer: Sendable {
             ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []) + (webhookSender.map { [$0] } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
-                logger.notice("Beacon listening on http://\(configuration.host):\(port)")
+                logger.notice("Beacon listening on \(BeaconServer.url(host: configuration.host, port: port))")
                 await onRunning(port)
             },
             logger: logger

@@ -169,7 +169,7 @@ struct Serve: AsyncParsableCommand {
                 logger.notice("APNs simulator at \(endpoints.apnsURL); control API \(endpoints.controlURL) (see docs/apns-simulator.md)")
                 if demo {
                     let setup = try await server.seedDemo()
-                    FileHandle.standardOutput.write(Data(demoInstructions(setup, beacon: "http://\(configuration.host):\(port)", control: endpoints.controlURL).utf8))
+                    FileHandle.standardOutput.write(Data(demoInstructions(setup, beacon: BeaconServer.url(host: configuration.host, port: port, reachableHere: true), control: endpoints.controlURL).utf8))
                 }
             }
             try await tasks.waitForAll()

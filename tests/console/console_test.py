@@ -4,9 +4,11 @@ a browser).
 
 Runs `beacon serve --demo` in a fresh data directory, signs in with the credentials the demo printed, and checks what an
 app developer does: a wrong secret is refused, the demo's push certificate is listed, a p8 generated here uploads and is
-listed, bad uploads show their error next to the file field, a message sent from the console shows up in Deliveries as
-`sent`, a change without the CSRF token is refused, and sign-out ends the session. It takes screenshots of the main
-pages as it goes: `--screenshots docs/console` refreshes the README's.
+listed, bad uploads show their error next to the file field, a test push shows APNs' answer and its attempt in
+Deliveries, a message sent from the console shows up in Deliveries as `sent` (and a silent group message as skipped,
+`silent`), bob's do-not-disturb is shown in his time zone, a change without the CSRF token is refused, a tab whose session
+was replaced goes back to the sign-in form, and sign-out ends the session. It takes screenshots of the main pages as it
+goes: `--screenshots docs/console` refreshes the README's.
 
 Usage: python3 tests/console/console_test.py --beacon .build/debug/beacon [--chromium /usr/bin/chromium] [--screenshots DIR]
 """
@@ -107,7 +109,8 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            # A context of its own (one browser profile), so that a second tab can share its cookie.
+            page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
             page.set_default_timeout(15_000)
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
@@ -122,6 +125,8 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 sign_in(page, base, credentials)
                 expect(page.get_by_role("heading", name="Overview")).to_be_visible()
                 expect(page.locator("#figure-users .figure-value")).to_have_text("2")
+                # No certificate expires soon: nothing stands in for the warning (it once showed "null").
+                expect(page.locator("#main")).not_to_contain_text("null")
                 expect(page.locator("#app-name")).to_have_text("demo/chat")
                 page.get_by_role("link", name="Push certificates").click()
                 expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_contain_text("com.example.beacon.demo")
@@ -142,7 +147,6 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 row = page.locator('#certificate-list tr[data-name="console-p8"]')
                 expect(row).to_contain_text("CONSOLE001 / CONSOLETM1")
                 expect(row).to_contain_text("never (token key)")
-                page.screenshot(path=str(screenshots / "certificates.png"), full_page=True)
             failures.step("a p8 generated here uploads and is listed", upload_p8)
 
             def test_push() -> None:
@@ -157,10 +161,18 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 with urllib.request.urlopen(f"{control}/deliveries?device_token={'0d' * 32}", timeout=10) as reply:
                     received = json.load(reply)["deliveries"]
                 assert any(d["apns_id"] == apns_id for d in received), f"the simulator has no push with apns-id {apns_id}"
+                # After the test push, so that the page shows APNs' answer.
+                page.screenshot(path=str(screenshots / "certificates.png"), full_page=True)
                 page.get_by_role("link", name="See it in Deliveries").click()
-                expect(page.locator("#delivery-list tbody tr").first.locator("td.status-sent")).to_have_text("sent")
+                row = page.locator("#delivery-list tbody tr").first
+                expect(row.locator("td.status-sent")).to_have_text("sent")
+                # Each APNs attempt is listed, with APNs' status and the apns-id the simulator got.
+                row.locator("details.attempts summary").click()
+                attempt = row.locator("details.attempts li").last
+                expect(attempt).to_contain_text(apns_id)
+                expect(attempt).to_contain_text("HTTP 200")
                 page.get_by_role("link", name="Push certificates").click()
-            failures.step("a test push to bob shows APNs' answer, reaches the simulator and is in Deliveries", test_push)
+            failures.step("a test push to bob shows APNs' answer, reaches the simulator and is in Deliveries with its attempt", test_push)
 
             def test_push_by_token() -> None:
                 page.get_by_label("Username").fill("")
@@ -236,11 +248,27 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.get_by_role("link", name="bob", exact=True).click()
                 expect(page.get_by_role("heading", name="User bob")).to_be_visible()
                 expect(page.locator('#device-list tr[data-device="bob-iphone"]')).to_contain_text("demo-apns")
+                save = page.locator("#push-settings").get_by_role("button", name="Save")
+                page.locator("#user_timezone").fill("Mars/Olympus")
+                save.click()
+                expect(page.locator("#user_timezone-error")).to_contain_text("timezone")
+                page.locator("#user_timezone").fill("Asia/Tokyo")
+                page.get_by_label("Nickname in pushes").fill("Bobby")
                 page.get_by_label("Do not disturb for (minutes)").fill("60")
-                page.locator("#push-settings").get_by_role("button", name="Save").click()
+                save.click()
                 expect(page.locator("#settings-notice")).to_have_text("Saved.")
                 page.reload()
+                # The end of do-not-disturb is shown in bob's time zone, not the browser's.
                 expect(page.locator("#dnd_minutes-hint")).to_contain_text("Now silent until")
+                expect(page.locator("#dnd_minutes-hint")).to_contain_text("(Asia/Tokyo)")
+                expect(page.locator("#user_timezone")).to_have_value("Asia/Tokyo")
+                expect(page.get_by_label("Nickname in pushes")).to_have_value("Bobby")
+                # An emptied nickname is cleared (pushes show the username again).
+                page.get_by_label("Nickname in pushes").fill("")
+                save.click()
+                expect(page.locator("#settings-notice")).to_have_text("Saved.")
+                page.reload()
+                expect(page.get_by_label("Nickname in pushes")).to_have_value("")
                 page.get_by_role("link", name="Send a message").click()
                 page.get_by_label("From").fill("alice")
                 page.get_by_label("To", exact=True).fill("bob")
@@ -250,7 +278,40 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 row = page.locator("#delivery-list tbody tr").first
                 expect(row.locator("td.status-skipped")).to_have_text("skipped")
                 expect(row).to_contain_text("dnd")
-            failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd", dnd_skips_the_next_push)
+            failures.step("bob's do-not-disturb set in Users skips the next message's push with reason dnd (shown in his time zone)",
+                          dnd_skips_the_next_push)
+
+            def silent_group_message() -> None:
+                # A group with alice and bob, made with the console's own session (its CSRF token included).
+                group = page.evaluate("""async () => {
+                    const session = await (await fetch('/console/session', {headers: {Accept: 'application/json'}})).json();
+                    const answer = await fetch('/demo/chat/chatgroups', {method: 'POST',
+                        headers: {'Content-Type': 'application/json', 'X-CSRF-Token': session.csrf_token},
+                        body: JSON.stringify({groupname: 'console test', owner: 'alice', members: ['bob']})});
+                    return (await answer.json()).data.groupid;
+                }""")
+                page.get_by_role("link", name="Send a message").click()
+                page.get_by_label("From").fill("alice")
+                page.get_by_label("Chat type").select_option("chatgroups")
+                page.get_by_label("To", exact=True).fill(group)
+                page.get_by_label("Text").fill("a silent group message")
+                page.get_by_label("Silent").check()
+                page.get_by_role("button", name="Send").click()
+                expect(page.locator("#send-result")).to_contain_text(f"{group}: message ")
+                page.locator("#send-result a").click()
+                rows = page.locator("#delivery-list tbody tr")
+                for _ in range(40):  # the push decision follows the send; reload until it is recorded
+                    expect(page.locator("#delivery-list")).not_to_have_text("Loading…")
+                    if rows.count():
+                        break
+                    time.sleep(0.5)
+                    page.reload()
+                expect(rows).to_have_count(1)
+                expect(rows.first).to_contain_text("bob")
+                expect(rows.first.locator("td.status-skipped")).to_have_text("skipped")
+                expect(rows.first).to_contain_text("silent")
+            failures.step("a group message sent from the console with Silent checked is recorded as skipped with reason silent",
+                          silent_group_message)
 
             def devices_online_and_preferences() -> None:
                 password = re.search(r"\(password (\S+)\)", log_path.read_text())
@@ -321,6 +382,7 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.reload()
                 expect(page.get_by_label("Default time zone")).to_have_value("Asia/Shanghai")
                 expect(page.get_by_label("An image")).to_have_value("[图片]")
+                page.screenshot(path=str(screenshots / "policy.png"), full_page=True)
                 page.get_by_label("An image").fill("")
                 page.get_by_role("button", name="Save").click()
                 expect(page.locator("#policy-notice")).to_have_text("Saved.")
@@ -330,7 +392,7 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
 
             def overview_counts() -> None:
                 page.get_by_role("link", name="Overview").click()
-                expect(page.locator("#figure-messages-day .figure-value")).to_have_text("2")
+                expect(page.locator("#figure-messages-day .figure-value")).to_have_text("3")  # two chats and a group message
                 day = page.locator("#pushes-day tbody")
                 expect(day.locator("tr", has_text="dnd")).to_contain_text("1")
                 expect(day.locator("tr").filter(has=page.locator("td.status-sent"))).to_contain_text("3")  # two test pushes and a message
@@ -351,10 +413,32 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_have_count(1)
             failures.step("a request without the CSRF token is refused (a change, and a GET that changes)", csrf_refused)
 
+            def stale_tab_signs_in_again() -> None:
+                # Signing in again in another tab replaces this tab's session: its CSRF token is stale (403), and it
+                # goes back to the sign-in form instead of showing an error.
+                other = page.context.new_page()  # the same browser: it shares the cookie, so it opens signed in
+                other.goto(f"{base}/console/")
+                expect(other.get_by_role("heading", name="Overview")).to_be_visible()
+                status = other.evaluate("""async (credentials) => (await fetch('/console/session', {method: 'POST',
+                    headers: {'Content-Type': 'application/json'}, body: JSON.stringify(credentials)})).status""", credentials)
+                assert status == 200, f"signing in again answered {status}"
+                page.get_by_role("link", name="Users").click()
+                expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+                expect(page.locator("#sign-in")).to_contain_text("another tab")
+                other.close()
+                page.get_by_label("Organization").fill(credentials["org"])
+                page.get_by_label("App", exact=True).fill(credentials["app"])
+                page.get_by_label("Client id").fill(credentials["client_id"])
+                page.get_by_label("Client secret").fill(credentials["client_secret"])
+                page.get_by_role("button", name="Sign in").click()
+                expect(page.get_by_role("heading", name="Users")).to_be_visible()
+            failures.step("a tab whose session was replaced by signing in in another tab returns to the sign-in form", stale_tab_signs_in_again)
+
             def sign_out() -> None:
                 old = next(c for c in page.context.cookies() if c["name"] == "beacon_console")
                 page.get_by_role("button", name="Sign out").click()
                 expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+                expect(page.locator("#sign-in")).to_contain_text("Signed out.")
                 page.reload()
                 expect(page.get_by_role("button", name="Sign in")).to_be_visible()
                 # The old cookie, put back by hand, opens nothing: the session ended on the server.

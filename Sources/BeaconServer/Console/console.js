@@ -27,10 +27,22 @@ async function call(method, path, body) {
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch (_) { json = null; }
   if (!response.ok) {
-    if (response.status === 401 && !path.startsWith("/console/session")) { showSignIn("Your session ended; sign in again."); }
-    throw new ApiError(response.status, json && json.error, json && json.error_description);
+    const error = new ApiError(response.status, json && json.error, json && json.error_description);
+    // Back to the sign-in form (once, however many requests were under way) when the session is gone: ended or expired
+    // (401), or replaced by signing in again in another tab, which leaves this tab's CSRF token stale (403).
+    if (console_.session && response.status === 401 && !path.startsWith("/console/session")) showSignIn("Your session ended; sign in again.");
+    else if (console_.session && isStaleCsrf(error)) showSignIn("This tab's session was replaced (signed in again in another tab?); sign in again.");
+    throw error;
   }
   return json;
+}
+
+/**
+ * Whether the server refused the request's CSRF token: `forbidden_op` is also the answer to other refusals (a sender
+ * who is not in the group, …), so the description tells them apart (Console.checkCSRF in Console.swift).
+ */
+function isStaleCsrf(error) {
+  return error.status === 403 && error.code === "forbidden_op" && /X-CSRF-Token/.test(error.message);
 }
 
 /** Makes an element: attributes (`on…` are listeners) and children (strings become text, never HTML). */
@@ -49,14 +61,35 @@ function el(tag, attributes, ...children) {
   return node;
 }
 
+/** Shows a page: its heading and its content (null, undefined and false are left out, as `el` does). */
 function show(title, ...content) {
   const main = document.getElementById("main");
-  main.replaceChildren(el("h1", {}, title), ...content);
+  main.replaceChildren(el("h1", {}, title), ...content.flat().filter((child) => child !== null && child !== undefined && child !== false));
   document.title = `${title} · Beacon console`;
+}
+
+/** An error that belongs to no page (a failed sign-out), above the page; empty clears it. */
+function showGlobalError(message) {
+  document.getElementById("global-error").textContent = message || "";
 }
 
 function time(ms) {
   return ms ? new Date(ms).toLocaleString() : "";
+}
+
+/**
+ * `ms` as a date and time in the first of `zones` (IANA names) this browser knows, named; UTC when it knows none of
+ * them (a zone Beacon's server accepts may be unknown to an older browser).
+ */
+function zonedTime(ms, ...zones) {
+  for (const timeZone of [...zones.filter(Boolean), "UTC"]) {
+    try {
+      const text = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+        timeZone, timeZoneName: "short" }).format(new Date(ms));
+      return timeZone === "UTC" ? text : `${text} (${timeZone})`;
+    } catch (_) { /* RangeError: a zone this browser does not know; try the next one */ }
+  }
+  return time(ms);
 }
 
 /** A labelled input with a place for its error (announced to screen readers). */
@@ -84,6 +117,7 @@ function clearErrors(form) {
 
 function showSignIn(message) {
   console_.session = null;
+  showGlobalError("");
   document.getElementById("nav").hidden = true;
   document.getElementById("app-name").textContent = "";
   const form = el("form", { class: "card", id: "sign-in", novalidate: true },
@@ -92,7 +126,7 @@ function showSignIn(message) {
     field("Organization", "org", el("input", { type: "text", autocomplete: "organization", required: true })),
     field("App", "app", el("input", { type: "text", required: true })),
     field("Client id", "client_id", el("input", { type: "text", autocomplete: "username", required: true })),
-    field("Client secret", "client_secret", el("input", { type: "password", autocomplete: "current-password", required: true })),
+    field("Client secret", "client_secret", el("input", { type: "password", autocomplete: "off", required: true })),
     el("p", { class: "form-error", id: "sign-in-error", role: "alert" }),
     el("button", { type: "submit" }, "Sign in"));
   form.addEventListener("submit", async (event) => {
@@ -118,7 +152,20 @@ function signedIn() {
 }
 
 async function signOut() {
-  try { await call("DELETE", "/console/session"); } catch (_) { /* the session is gone either way */ }
+  showGlobalError("");
+  try {
+    await call("DELETE", "/console/session");
+  } catch (error) {
+    // Already back on the sign-in form when this tab's token was stale; said there.
+    if (!console_.session) return;
+    if (error.status === 401) {
+      location.hash = "";
+      showSignIn("Your session had already ended; sign in again.");
+    } else {
+      showGlobalError(`Sign-out failed, you are still signed in: ${error.message}`);
+    }
+    return;
+  }
   location.hash = "";
   showSignIn("Signed out.");
 }
@@ -164,10 +211,11 @@ const certificateErrorFields = {
 
 async function certificatesPage() {
   const list = el("div", { class: "table-wrap", id: "certificate-list" }, "Loading…");
-  const form = uploadForm(() => loadCertificates(list));
-  show("Push certificates", el("section", { class: "card" }, el("h2", {}, "Uploaded"), list), el("h2", {}, "Send a test push"), testPushForm(),
-    el("h2", {}, "Upload"), form);
-  await loadCertificates(list);
+  const listError = el("p", { class: "form-error", id: "certificate-list-error", role: "alert" });
+  const form = uploadForm(() => loadCertificates(list, listError));
+  show("Push certificates", el("section", { class: "card" }, el("h2", {}, "Uploaded"), listError, list), el("h2", {}, "Send a test push"),
+    testPushForm(), el("h2", {}, "Upload"), form);
+  await loadCertificates(list, listError);
 }
 
 /**
@@ -203,22 +251,29 @@ function testPushForm() {
     }
     result.replaceChildren(el("p", {}, `Sent to ${answer.username} as message ${answer.message_id}; waiting for APNs…`));
     let records = [];
-    for (let wait = 0; wait < 30; wait++) {
-      records = (await call("GET", `push/deliveries?message_id=${encodeURIComponent(answer.message_id)}`)).entities;
-      if (records.length && records.every((r) => r.status !== "pending")) break;
-      await new Promise((resolve) => setTimeout(resolve, 500));
+    try {
+      for (let wait = 0; wait < 30; wait++) {
+        records = (await call("GET", `push/deliveries?message_id=${encodeURIComponent(answer.message_id)}`)).entities;
+        if (records.length && records.every((r) => r.status !== "pending")) break;
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    } catch (error) {
+      form.querySelector("#test-push-error").textContent = `Sent, but its delivery record could not be read: ${error.message}`;
+      return;
     }
-    result.replaceChildren(el("p", {}, `APNs' answer for ${answer.username}'s devices:`), el("table", { class: "test-push-answers" },
+    result.replaceChildren(el("p", {}, `APNs' answer for ${answer.username}'s devices:`),
+      el("div", { class: "table-wrap" }, el("table", { class: "test-push-answers" },
       el("thead", {}, el("tr", {}, ["Device", "Certificate", "Status", "APNs status", "Reason", "apns-id"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, records.map((r) => el("tr", {},
         el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", { class: `status-${r.status}` }, r.status),
-        el("td", {}, r.http_status ? String(r.http_status) : ""), el("td", {}, r.reason || ""), el("td", { class: "mono" }, r.apns_id))))),
+        el("td", {}, r.http_status ? String(r.http_status) : ""), el("td", {}, r.reason || ""), el("td", { class: "mono" }, r.apns_id)))))),
       el("p", {}, el("a", { href: `#/deliveries?message_id=${encodeURIComponent(answer.message_id)}` }, "See it in Deliveries")));
   });
   return form;
 }
 
-async function loadCertificates(list) {
+/** Lists the certificates in `list`; a failed deletion is said in `listError`. */
+async function loadCertificates(list, listError) {
   const answer = await call("GET", "push/certificates");
   const soon = Date.now() + 30 * 24 * 3600 * 1000;
   if (!answer.entities.length) {
@@ -230,8 +285,13 @@ async function loadCertificates(list) {
     const remove = el("button", { type: "button", class: "danger", "aria-label": `Delete ${c.name}` }, "Delete");
     remove.addEventListener("click", async () => {
       if (!window.confirm(`Delete push certificate ${c.name}? Devices bound to it stop receiving pushes.`)) return;
-      await call("DELETE", `push/certificates/${encodeURIComponent(c.name)}`);
-      await loadCertificates(list);
+      listError.textContent = "";
+      try {
+        await call("DELETE", `push/certificates/${encodeURIComponent(c.name)}`);
+        await loadCertificates(list, listError);
+      } catch (error) {
+        listError.textContent = `Could not delete ${c.name}: ${error.message}`;
+      }
     });
     return el("tr", { "data-name": c.name },
       el("td", {}, c.name), el("td", {}, c.kind), el("td", {}, c.environment), el("td", { class: "mono" }, c.bundle_id),
@@ -356,8 +416,23 @@ async function deliveriesPage() {
       el("td", { class: "mono" }, r.device_id), el("td", {}, r.notifier_name), el("td", {}, r.push_type),
       el("td", { class: `status-${r.status}` }, r.status), el("td", {}, r.reason || ""),
       el("td", { class: "mono" }, [r.http_status ? String(r.http_status) : "", r.apns_id].filter(Boolean).join(" · ")),
-      el("td", {}, String(r.attempts)), el("td", {}, time(r.updated)),
+      el("td", {}, attempts(r)), el("td", {}, time(r.updated)),
       el("td", {}, r.payload ? el("details", {}, el("summary", {}, "JSON"), el("pre", {}, JSON.stringify(r.payload, null, 2))) : ""))))));
+}
+
+/**
+ * A record's APNs attempts (`history`), oldest first, folded under their count: when, the outcome, APNs' HTTP status
+ * and reason, with the record's apns-id (each attempt is sent with it).
+ */
+function attempts(record) {
+  const history = record.history || [];
+  if (!history.length) return "none";
+  return el("details", { class: "attempts" },
+    el("summary", {}, `${history.length} attempt${history.length === 1 ? "" : "s"}`),
+    el("ol", {}, history.map((a) => el("li", {},
+      el("span", {}, time(a.at)), " ", el("span", { class: `status-${a.outcome}` }, a.outcome),
+      a.http_status ? ` · HTTP ${a.http_status}` : "", a.reason ? ` · ${a.reason}` : "",
+      record.apns_id ? el("span", { class: "mono apns-id" }, ` · apns-id ${record.apns_id}`) : null))));
 }
 
 // MARK: Users
@@ -392,21 +467,22 @@ async function usersPage() {
 async function userPage() {
   const name = new URLSearchParams(location.hash.split("?")[1] || "").get("name") || "";
   const path = `users/${encodeURIComponent(name)}`;
-  const [user, settings, language, chosen, templates] = await Promise.all([
+  const [user, settings, language, chosen, templates, policy] = await Promise.all([
     call("GET", path), call("GET", `${path}/notification/user/${encodeURIComponent(name)}`), call("GET", `${path}/notification/language`),
-    call("GET", `${path}/notification/template`), call("GET", "notification/template")]);
+    call("GET", `${path}/notification/template`), call("GET", "notification/template"), call("GET", "push/policy")]);
   const entity = user.entities[0];
   const devices = el("div", { class: "table-wrap", id: "device-list" });
-  await renderDevices(devices, path);
+  const devicesError = el("p", { class: "form-error", id: "device-error", role: "alert" });
+  await renderDevices(devices, path, devicesError);
   show(`User ${name}`,
     el("p", {}, el("a", { href: `#/deliveries?username=${encodeURIComponent(name)}` }, `${name}'s push records`)),
-    el("section", { class: "card" }, el("h2", {}, "Devices"), devices, kickButton(path, name)),
-    settingsForm(path, name, entity, settings.data),
+    el("section", { class: "card" }, el("h2", {}, "Devices"), devicesError, devices, kickButton(path, name)),
+    settingsForm(path, name, entity, settings.data, policy.data.timezone || "UTC"),
     preferencesForm(path, language.data.translationLanguage || "", chosen.data.templateName || "", templates.entities.map((t) => t.name)));
 }
 
 /** The user's bound devices and the devices connected now (on any node): online or not, under which certificate. */
-async function renderDevices(target, path) {
+async function renderDevices(target, path, errorArea) {
   const [bindings, resources] = await Promise.all([call("GET", `${path}/push/binding`), call("GET", `${path}/resources`)]);
   const online = new Set(resources.entities.map((r) => r.res));
   const unbound = [...online].filter((id) => !bindings.entities.some((b) => b.device_id === id));
@@ -418,8 +494,13 @@ async function renderDevices(target, path) {
       const unbind = el("button", { type: "button", class: "danger", "aria-label": `Unbind ${b.device_id}` }, "Unbind");
       unbind.addEventListener("click", async () => {
         if (!window.confirm(`Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`)) return;
-        await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name });
-        await renderDevices(target, path);
+        errorArea.textContent = "";
+        try {
+          await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name });
+          await renderDevices(target, path, errorArea);
+        } catch (error) {
+          errorArea.textContent = `Could not unbind ${b.device_id}: ${error.message}`;
+        }
       });
       return el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), state(b.device_id), el("td", {}, b.notifier_name),
         el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""), el("td", {}, unbind));
@@ -461,18 +542,34 @@ function preferencesForm(path, language, template, templates) {
 }
 
 function kickButton(path, name) {
-  const status = el("p", { class: "notice", role: "status" });
+  const status = el("p", { class: "notice", id: "kick-notice", role: "status" });
+  const error = el("p", { class: "form-error", id: "kick-error", role: "alert" });
   const kick = el("button", { type: "button", class: "secondary", id: "kick" }, "Log out everywhere");
   kick.addEventListener("click", async () => {
     if (!window.confirm(`Log ${name} out on every device? Their tokens are revoked and their devices unbound.`)) return;
-    await call("POST", `${path}/disconnect`);
+    status.textContent = "";
+    error.textContent = "";
+    try {
+      await call("POST", `${path}/disconnect`);
+    } catch (failure) {
+      error.textContent = `Could not log ${name} out: ${failure.message}`;
+      return;
+    }
     status.textContent = `${name} was logged out everywhere.`;
   });
-  return el("div", {}, kick, status);
+  return el("div", {}, kick, status, error);
 }
 
-function settingsForm(path, name, user, settings) {
-  const silentUntil = settings.ignoreDuration || null;
+/**
+ * The user's push settings and profile: push mode, quiet hours and do not disturb (shown in the user's time zone, else
+ * the app's default one), display style, push nickname and time zone.
+ */
+function settingsForm(path, name, user, settings, defaultZone) {
+  const zoneText = () => user.timezone || `not set: the app's default, ${defaultZone}`;
+  const quietHint = () => `Every day, in ${name}'s time zone (${zoneText()}); empty for none.`;
+  // The API answers ignoreDuration as the instant it ends (absent when none is running).
+  const dndHint = (until) => until
+    ? `Now silent until ${zonedTime(until, user.timezone, defaultZone)}; 0 ends it.` : "Silences every push from now on; 0 or empty for none.";
   const mode = el("select", {}, ["ALL", "AT", "NONE"].map((m) => el("option", { value: m, selected: (settings.type || "ALL") === m },
     { ALL: "every message", AT: "only mentions", NONE: "nothing" }[m])));
   const style = el("select", {}, el("option", { value: "0", selected: user.notification_display_style !== 1 }, "“You have a new message”"),
@@ -480,41 +577,60 @@ function settingsForm(path, name, user, settings) {
   const form = el("form", { class: "card", id: "push-settings", novalidate: true },
     el("h2", {}, "Push settings"),
     field("Push for", "mode", mode),
+    field("Time zone", "user_timezone",
+      el("input", { type: "text", value: user.timezone || "", placeholder: defaultZone, autocomplete: "off", spellcheck: "false" }),
+      `An IANA name (Asia/Tokyo, Europe/Paris): quiet hours and the times on this page follow it. Empty: the app's default (${defaultZone}); ` +
+      "once set, it can be changed but not removed."),
     field("Quiet hours", "quiet_hours", el("input", { type: "text", value: settings.ignoreInterval || "", placeholder: "22:00-07:00" }),
-      `Every day, in ${name}'s time zone (${user.timezone || "the app's default"}); empty for none.`),
+      quietHint()),
     field("Do not disturb for (minutes)", "dnd_minutes", el("input", { type: "text", inputmode: "numeric", value: "" }),
-      silentUntil ? `Now silent until ${time(silentUntil)}; 0 ends it.` : "Silences every push from now on; 0 or empty for none."),
+      dndHint(settings.ignoreDuration)),
     field("Shown as", "display_style", style),
-    field("Nickname in pushes", "nickname", el("input", { type: "text", value: user.nickname || "" })),
+    field("Nickname in pushes", "nickname", el("input", { type: "text", value: user.nickname || "" }), "Empty: pushes show the username."),
     el("p", { class: "form-error", id: "settings-error", role: "alert" }),
     el("p", { class: "notice", id: "settings-notice", role: "status" }),
     el("button", { type: "submit" }, "Save"));
+  const setHint = (id, text) => { form.querySelector(`#${id}-hint`).textContent = text; };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors(form);
     form.querySelector("#settings-notice").textContent = "";
+    const zone = form.elements.user_timezone.value.trim();
+    // PUT /users/{u} takes an IANA name only: a user's time zone cannot go back to "not set".
+    if (!zone && user.timezone) {
+      setFieldError(form, "user_timezone", `A time zone can be changed but not removed: enter an IANA name (the app's default is ${defaultZone}).`);
+      return;
+    }
     const body = { type: mode.value, ignoreInterval: form.elements.quiet_hours.value.trim() };
     const minutes = form.elements.dnd_minutes.value.trim();
     if (minutes !== "") {
       if (!/^[0-9]+$/.test(minutes)) { setFieldError(form, "dnd_minutes", "A whole number of minutes."); return; }
       body.ignoreDuration = Number(minutes) * 60000;
     }
+    let saved;
     try {
-      await call("PUT", `${path}/notification/user/${encodeURIComponent(name)}`, body);
+      saved = (await call("PUT", `${path}/notification/user/${encodeURIComponent(name)}`, body)).data || {};
     } catch (error) {
       const target = /ignoreInterval/.test(error.message) ? "quiet_hours" : /ignoreDuration/.test(error.message) ? "dnd_minutes" : null;
       if (target) setFieldError(form, target, error.message); else form.querySelector("#settings-error").textContent = error.message;
       return;
     }
     const changes = { notification_display_style: Number(style.value) };
+    // An empty nickname clears it (pushes then show the username).
     const nickname = form.elements.nickname.value.trim();
-    if (nickname && nickname !== (user.nickname || "")) changes.nickname = nickname;
+    if (nickname !== (user.nickname || "")) changes.nickname = nickname;
+    if (zone && zone !== user.timezone) changes.timezone = zone;
     try {
-      await call("PUT", path, changes);
+      const answer = await call("PUT", path, changes);
+      Object.assign(user, (answer && answer.entities && answer.entities[0]) || {});
     } catch (error) {
-      setFieldError(form, "nickname", error.message);
+      const target = /time ?zone/i.test(error.message) ? "user_timezone" : /nickname/i.test(error.message) ? "nickname" : null;
+      if (target) setFieldError(form, target, error.message); else form.querySelector("#settings-error").textContent = error.message;
       return;
     }
+    form.elements.dnd_minutes.value = "";
+    setHint("quiet_hours", quietHint());
+    setHint("dnd_minutes", dndHint(saved.ignoreDuration));
     form.querySelector("#settings-notice").textContent = "Saved.";
   });
   return form;
@@ -524,8 +640,9 @@ function settingsForm(path, name, user, settings) {
 
 async function templatesPage() {
   const list = el("div", { class: "table-wrap", id: "template-list" });
+  const listError = el("p", { class: "form-error", id: "template-list-error", role: "alert" });
   const editor = el("div", {});
-  show("Push templates", el("section", { class: "card" }, el("h2", {}, "Templates"), list), editor);
+  show("Push templates", el("section", { class: "card" }, el("h2", {}, "Templates"), listError, list), editor);
   const load = async () => {
     const templates = (await call("GET", "notification/template")).entities;
     if (!templates.length) { list.replaceChildren(el("p", {}, "No template yet.")); return; }
@@ -537,8 +654,13 @@ async function templatesPage() {
         const remove = el("button", { type: "button", class: "danger", "aria-label": `Delete ${t.name}` }, "Delete");
         remove.addEventListener("click", async () => {
           if (!window.confirm(`Delete template ${t.name}? Messages naming it fall back to the default text.`)) return;
-          await call("DELETE", `notification/template/${encodeURIComponent(t.name)}`);
-          await load();
+          listError.textContent = "";
+          try {
+            await call("DELETE", `notification/template/${encodeURIComponent(t.name)}`);
+            await load();
+          } catch (error) {
+            listError.textContent = `Could not delete ${t.name}: ${error.message}`;
+          }
         });
         return el("tr", { "data-name": t.name }, el("td", {}, t.name), el("td", { class: "mono" }, t.title_pattern),
           el("td", { class: "mono" }, t.content_pattern), el("td", {}, time(t.updateAt)), el("td", {}, edit, " ", remove));
@@ -653,27 +775,61 @@ async function policyPage() {
 
 // MARK: Sending a message
 
+/**
+ * Sends a text message as anyone, to users or groups, with Easemob's push fields in `ext`: silent, force, mentions,
+ * a push title and content (`em_apns_ext`) and a push template with its arguments.
+ */
 async function sendPage() {
+  const templates = (await call("GET", "notification/template")).entities.map((t) => t.name);
   const chatType = el("select", {}, el("option", { value: "users" }, "to users (chat)"), el("option", { value: "chatgroups" }, "to groups"));
+  const template = el("select", {}, el("option", { value: "" }, "none"), templates.map((name) => el("option", { value: name }, name)));
+  const checkbox = (id, label, hint) => el("div", { class: "field" },
+    el("label", {}, el("input", { type: "checkbox", id, name: id, "aria-describedby": `${id}-hint` }), ` ${label}`),
+    el("p", { class: "hint", id: `${id}-hint` }, hint));
   const form = el("form", { class: "card", id: "send", novalidate: true },
     field("From", "from", el("input", { type: "text", value: "admin" }), "The sender's username (the app may send as anyone)."),
     field("Chat type", "chat_type", chatType),
-    field("To", "to", el("input", { type: "text", required: true }), "Usernames or group ids, separated by commas."),
+    field("To", "to", el("input", { type: "text", required: true }), "Usernames (chat) or group ids (groups), separated by commas."),
     field("Text", "text", el("textarea", { required: true })),
-    field("Push title", "push_title", el("input", { type: "text" }), "Optional: em_push_title for the offline push."),
-    field("Push content", "push_content", el("input", { type: "text" }), "Optional: em_push_content."),
+    el("fieldset", {}, el("legend", {}, "Push"),
+      checkbox("send_silent", "Silent: push nobody", "em_ignore_notification: recorded as skipped (silent) for every receiver."),
+      checkbox("send_force", "Force the push", "em_force_notification: past do-not-disturb and the push mode."),
+      field("Mentions", "at_list", el("input", { type: "text" }),
+        "em_at_list: usernames separated by commas, or all (reaches users who push only mentions)."),
+      field("Push title", "push_title", el("input", { type: "text" }), "Optional: em_apns_ext.em_push_title."),
+      field("Push content", "push_content", el("input", { type: "text" }), "Optional: em_apns_ext.em_push_content."),
+      field("Push template", "push_template", template, "em_push_template: one of the app's templates, with its arguments."),
+      field("Template title arguments", "template_title_args", el("input", { type: "text" }), "{0}, {1}… of the title pattern, separated by |"),
+      field("Template content arguments", "template_content_args", el("input", { type: "text" }),
+        "{0}, {1}… of the content pattern, separated by |")),
     el("p", { class: "form-error", id: "send-error", role: "alert" }),
     el("div", { id: "send-result", role: "status" }),
     el("button", { type: "submit" }, "Send"));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors(form);
-    const to = form.elements.to.value.split(",").map((s) => s.trim()).filter(Boolean);
+    form.querySelector("#send-result").replaceChildren();
+    const list = (name) => form.elements[name].value.split(",").map((s) => s.trim()).filter(Boolean);
+    const to = list("to");
     if (!to.length) { setFieldError(form, "to", "Name at least one receiver."); return; }
     const body = { from: form.elements.from.value.trim(), to, type: "txt", body: { msg: form.elements.text.value } };
     const ext = {};
-    if (form.elements.push_title.value.trim()) ext.em_push_title = form.elements.push_title.value.trim();
-    if (form.elements.push_content.value.trim()) ext.em_push_content = form.elements.push_content.value.trim();
+    if (form.elements.send_silent.checked) ext.em_ignore_notification = true;
+    if (form.elements.send_force.checked) ext.em_force_notification = true;
+    const mentions = list("at_list");
+    if (mentions.length === 1 && mentions[0].toLowerCase() === "all") ext.em_at_list = "all";
+    else if (mentions.length) ext.em_at_list = mentions;
+    const apns = {};
+    if (form.elements.push_title.value.trim()) apns.em_push_title = form.elements.push_title.value.trim();
+    if (form.elements.push_content.value.trim()) apns.em_push_content = form.elements.push_content.value.trim();
+    if (Object.keys(apns).length) ext.em_apns_ext = apns;
+    const args = (name) => form.elements[name].value ? form.elements[name].value.split("|") : [];
+    if (template.value) {
+      ext.em_push_template = { name: template.value, title_args: args("template_title_args"), content_args: args("template_content_args") };
+    } else if (form.elements.template_title_args.value || form.elements.template_content_args.value) {
+      setFieldError(form, "push_template", "Choose the template these arguments are for.");
+      return;
+    }
     if (Object.keys(ext).length) body.ext = ext;
     try {
       const answer = await call("POST", `messages/${chatType.value}`, body);
@@ -693,6 +849,7 @@ const pages = { "#/overview": overviewPage, "#/certificates": certificatesPage, 
 
 async function route() {
   if (!console_.session) return;
+  showGlobalError("");
   const path = location.hash.split("?")[0];
   const page = pages[path] || overviewPage;
   document.querySelectorAll("nav a").forEach((a) => {
