@@ -158,6 +158,16 @@ extension PostgresStore {
             """)
     }
 
+    public func devices(of username: String, app: Int64) async throws -> [SeenDevice] {
+        try await rows(
+            "SELECT device_id, updated_at, acked_seq FROM device_cursors WHERE app_id = \(app) AND username = \(username) ORDER BY device_id COLLATE \"C\""
+        ).map { row in
+            SeenDevice(
+                deviceID: try row["device_id"].decode(String.self), lastSeen: try row["updated_at"].decode(Int64.self),
+                acknowledgedSeq: try row["acked_seq"].decode(Int64.self))
+        }
+    }
+
     public func offlineCount(of username: String, app: Int64) async throws -> Int {
         try await rows(
             """

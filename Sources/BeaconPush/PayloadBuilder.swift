@@ -184,6 +184,12 @@ public enum PayloadBuilder {
         try render(input).payload
     }
 
+    /// The payload, and whether a text was shortened to fit APNs' limit (the console's template preview tells).
+    public static func buildReportingFit(_ input: PayloadInput) throws(BeaconError) -> (payload: BuiltPayload, shortened: Bool) {
+        let rendering = try render(input)
+        return (rendering.payload, rendering.shortened)
+    }
+
     /// A rendering, the limit its JSON was fitted to, and whether fitting shortened a text.
     struct Rendering {
         var payload: BuiltPayload

@@ -100,6 +100,19 @@ extension SQLiteStore {
         }
     }
 
+    public func devices(of username: String, app: Int64) async throws -> [SeenDevice] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT device_id, updated_at, acked_seq FROM device_cursors WHERE app_id = ? AND username = ? ORDER BY device_id",
+                arguments: [app, username]
+            ).map { row in
+                SeenDevice(
+                    deviceID: try row.decode(String.self, forColumn: "device_id"), lastSeen: try row.decode(Int64.self, forColumn: "updated_at"),
+                    acknowledgedSeq: try row.decode(Int64.self, forColumn: "acked_seq"))
+            }
+        }
+    }
+
     public func offlineCount(of username: String, app: Int64) async throws -> Int {
         try await read { db in
             try Int.fetchOne(

@@ -96,10 +96,11 @@ final class ConnectionRegistry: PresenceRegistry {
         for outbox in outboxes { outbox.close(reason: reason) }
     }
 
-    /// Closes the device's connection if it is still `connection` (another node took the device over).
-    func disconnect(_ device: DeviceKey, connection: Int64, reason: String) {
+    /// Closes the device's connection if it is still `connection` (another node took the device over), or whichever
+    /// it has when `connection` is nil.
+    func disconnect(_ device: DeviceKey, connection: Int64?, reason: String) {
         let outbox = connections.withLock { $0[UserKey(app: device.app, username: device.username)]?[device.deviceID] }
-        if let outbox, outbox.connectionID == connection { outbox.close(reason: reason) }
+        if let outbox, connection == nil || outbox.connectionID == connection { outbox.close(reason: reason) }
     }
 
     /// Tells every connected device to read what the store holds after its position, 500 devices every 50 ms, so that the

@@ -60,6 +60,14 @@ final class Switchboard: PresenceRegistry {
         await link?.relay(.frames(app: app, username: username, frames: frames), to: [username], app: app)
     }
 
+    /// Closes the device's connection, on whichever node it is.
+    func disconnect(_ device: DeviceKey, reason: String) async {
+        local.disconnect(device, connection: nil, reason: reason)
+        await link?.relay(
+            .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: nil, reason: reason),
+            to: [device.username], app: device.app)
+    }
+
     /// Closes every connection of the user, on every node.
     func disconnectAll(of username: String, app: Int64, reason: String) async {
         local.disconnectAll(of: username, app: app, reason: reason)
@@ -79,8 +87,8 @@ enum ClusterNotice: Codable, Sendable {
     case frames(app: Int64, username: String, frames: [ServerFrame])
     /// Close every connection of the user (kicked, deleted).
     case closeUser(app: Int64, username: String, reason: String)
-    /// Close this connection of the device (it connected to another node).
-    case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64, reason: String)
+    /// Close this connection of the device (it connected to another node), or whichever it has when nil (kicked).
+    case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64?, reason: String)
     /// A node died: messages it stored may never have been announced, so every connected device reads the store.
     case resync
 }

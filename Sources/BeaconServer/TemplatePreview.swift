@@ -34,6 +34,8 @@ extension TemplateRoutes {
         var payload: JSONValue
         var bytes: Int
         var limit: Int
+        /// A text was shortened (with "…") to fit `limit`: the texts as rendered make a bigger payload.
+        var shortened: Bool
     }
 
     /// `POST /notification/template_preview`: renders patterns with sample arguments through `PayloadBuilder`, the code
@@ -61,7 +63,7 @@ extension TemplateRoutes {
                 ])
             ],
             timestamp: api.clock())
-        let built = try PayloadBuilder.build(
+        let (built, shortened) = try PayloadBuilder.buildReportingFit(
             PayloadInput(
                 message: message, receiver: "receiver", badge: 1, senderNickname: body.fromNickname.map { String($0.prefix(100)) },
                 style: .messageSummary,
@@ -73,6 +75,6 @@ extension TemplateRoutes {
             request, app: app, action: "post",
             data: PreviewAnswer(
                 title: alert?["title"]?.stringValue, content: alert?["body"]?.stringValue ?? alert?.stringValue, payload: payload,
-                bytes: json.utf8.count, limit: built.limit))
+                bytes: json.utf8.count, limit: built.limit, shortened: shortened))
     }
 }

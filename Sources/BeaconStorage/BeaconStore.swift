@@ -63,8 +63,12 @@ public protocol BeaconStore: Sendable {
     func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
     /// The highest sequence number this device has acknowledged (0 for a new device).
     func cursor(of username: String, device: String, app: Int64) async throws -> Int64
-    /// Moves each device's cursor forward to its `seq` (never backwards, never past the inbox), in one transaction.
+    /// Moves each device's cursor forward to its `seq` (never backwards, never past the inbox), in one transaction;
+    /// `now` is when each device was last seen.
     func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws
+    /// The devices of the user that have connected (kept until retention forgets a device unseen for the app's age
+    /// limit), by device id: when each was last seen (connected, acknowledged or disconnected; ms) and its cursor.
+    func devices(of username: String, app: Int64) async throws -> [SeenDevice]
     /// Number of stored messages received (not sent) by the user that no device of theirs has acknowledged.
     func offlineCount(of username: String, app: Int64) async throws -> Int
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.

@@ -133,6 +133,20 @@ public enum OfflineStatus: String, Sendable {
 }
 
 /// How far one device has acknowledged its user's inbox.
+/// A device that has connected: when it was last seen and how far it has acknowledged.
+public struct SeenDevice: Sendable, Hashable {
+    public var deviceID: String
+    /// Milliseconds since 1970.
+    public var lastSeen: Int64
+    public var acknowledgedSeq: Int64
+
+    public init(deviceID: String, lastSeen: Int64, acknowledgedSeq: Int64) {
+        self.deviceID = deviceID
+        self.lastSeen = lastSeen
+        self.acknowledgedSeq = acknowledgedSeq
+    }
+}
+
 public struct DeviceCursor: Sendable, Hashable {
     public var app: Int64
     public var username: String

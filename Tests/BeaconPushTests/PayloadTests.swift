@@ -17,6 +17,18 @@ import Testing
             == #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"42","t":"6006"}"#)
     }
 
+    /// The template preview tells when fitting shortened a text; a payload that fits is the same either way.
+    @Test func fittingIsReported() throws {
+        let short = PayloadInput(message: Self.message(), receiver: "6006", badge: 1, style: .messageSummary)
+        let (payload, shortened) = try PayloadBuilder.buildReportingFit(short)
+        let built = try PayloadBuilder.build(short)
+        #expect(!shortened && payload == built)
+        let long = PayloadInput(
+            message: Self.message(body: ["msg": .string(String(repeating: "x", count: 5000))]), receiver: "6006", badge: 1, style: .messageSummary)
+        let fitted = try PayloadBuilder.buildReportingFit(long)
+        #expect(fitted.shortened && fitted.payload.json.utf8.count <= PayloadBuilder.limit && fitted.payload.json.contains("…"))
+    }
+
     @Test func groupAddsTheGroupID() throws {
         #expect(try Self.json(PayloadInput(message: Self.message(group: true), receiver: "6006", badge: 1))
             == #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"g1"},"f":"6001","g":"g1","m":"42","t":"6006"}"#)

@@ -67,6 +67,21 @@ struct ClusterTests {
         }
     }
 
+    @Test func disconnectingOneDeviceOnOneNodeClosesItOnAnother() async throws {
+        try await TestBeacon.runNodes(2) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            try await a.createUsers("bob")
+            let phone = try await RawDevice.connect(a, "bob", device: "phone")
+            let pad = try await RawDevice.connect(a, "bob", device: "pad")
+            let (status, answer) = try await b.rest("DELETE", "/users/bob/disconnect/phone")
+            #expect(status == 200 && answer["data"]?["result"] == true)
+            try await phone.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
+            #expect(!pad.frames.items.contains { if case .closing = $0 { true } else { false } })
+            await phone.close()
+            await pad.close()
+        }
+    }
+
     /// Bob's phone is online on node A while alice writes through node B: B's decision sees it (skipped `online`); when the
     /// phone leaves A, the message is decided again and pushed.
     @Test func pushDecisionsSeeDevicesOnEveryNode() async throws {

@@ -191,4 +191,41 @@ import Testing
             try await again.events.synced()
         }
     }
+
+    /// One device disconnected (Easemob's forced logout of a device): the SDK there stops with `kicked`, the user's
+    /// other device stays, tokens stay valid; every device seen is listed with when.
+    @Test func disconnectingOneDeviceLeavesTheOthers() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("bob")
+            let token = try await beacon.userToken("bob")
+            let phone = try await beacon.connect("bob", device: "phone")
+            let pad = try await beacon.connect("bob", device: "pad")
+            try await phone.events.synced()
+            try await pad.events.synced()
+            let (status, answer) = try await beacon.rest("DELETE", "/users/bob/disconnect/phone")
+            #expect(status == 200 && answer["data"]?["result"] == true)
+            try await phone.events.wait { $0.contains(.kicked) }
+            func connected() async throws -> JSONValue? { try await beacon.rest("GET", "/users/bob/resources").json["entities"] }
+            for _ in 0..<500 where try await connected() != .array([.object(["res": "pad"])]) { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(try await connected() == .array([.object(["res": "pad"])]))
+            #expect(!pad.events.items.contains(.kicked))
+            #expect(try await beacon.rest("GET", "/users/bob", token: token).status == 200)
+            // A device not connected: nothing to do.
+            #expect(try await beacon.rest("DELETE", "/users/bob/disconnect/phone").json["data"]?["result"] == false)
+            // Both are listed, the pad online, each with when it was seen (its connection's cursor write, ≤ 100 ms).
+            var devices: [JSONValue] = []
+            for _ in 0..<500 {
+                devices = try await beacon.rest("GET", "/users/bob/devices").json["entities"]?.arrayValue ?? []
+                if devices.count == 2, devices.allSatisfy({ $0["last_seen"]?.intValue != nil }) { break }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(devices.map { $0["device_id"] } == ["pad", "phone"])
+            #expect(devices.map { $0["online"] } == [true, false])
+            #expect(devices.allSatisfy { ($0["last_seen"]?.intValue ?? 0) > 0 })
+            // Another user's token may not.
+            try await beacon.createUsers("eve")
+            let eve = try await beacon.userToken("eve")
+            #expect(try await beacon.rest("DELETE", "/users/bob/disconnect/pad", token: eve).status == 403)
+        }
+    }
 }

@@ -217,12 +217,17 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(try await store.offlineCount(of: "bob", app: app.id) == 4)
             #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .undelivered)
             try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 3)], now: now)
-            try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 1)], now: now)
+            try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 1)], now: now + 5)
             #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 3)
             try await store.acknowledge(
                 [DeviceCursor(app: app.id, username: "bob", device: "d2", seq: 99), DeviceCursor(app: app.id, username: "ghost", device: "d", seq: 1)],
-                now: now)
+                now: now + 9)
             #expect(try await store.cursor(of: "bob", device: "d2", app: app.id) == 4)
+            // Seen: the last write's time, even one that did not move the cursor.
+            #expect(
+                try await store.devices(of: "bob", app: app.id)
+                    == [SeenDevice(deviceID: "d1", lastSeen: now + 5, acknowledgedSeq: 3), SeenDevice(deviceID: "d2", lastSeen: now + 9, acknowledgedSeq: 4)])
+            #expect(try await store.devices(of: "alice", app: app.id).isEmpty)
             #expect(try await store.offlineCount(of: "bob", app: app.id) == 0)
             #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .delivered)
             #expect(try await store.offlineStatus(of: 99, for: "bob", app: app.id) == nil)

@@ -335,10 +335,19 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator('#device-list tr[data-device="bob-iphone"] td.online')).to_have_text("online")
                 expect(page.locator('#device-list tr[data-device="bob-laptop"]')).to_contain_text("not bound for push")
                 page.screenshot(path=str(screenshots / "user.png"), full_page=True)
+                # Disconnecting the laptop closes its connection (closing: kicked) and leaves the phone connected.
+                page.once("dialog", lambda dialog: dialog.accept())
+                page.get_by_role("button", name="Disconnect bob-laptop").click()
+                expect(page.locator('#device-list tr[data-device="bob-laptop"] td.offline')).to_have_text("offline")
+                expect(page.locator('#device-list tr[data-device="bob-iphone"] td.online')).to_have_text("online")
+                app_page.wait_for_function("window.sockets[1].readyState === WebSocket.CLOSED && window.sockets[0].readyState === WebSocket.OPEN")
                 app_page.close()
                 page.reload()
                 expect(page.locator('#device-list tr[data-device="bob-iphone"] td.offline')).to_have_text("offline")
-                expect(page.locator('#device-list tr[data-device="bob-laptop"]')).to_have_count(0)
+                # Both were seen: listed offline, each with when (not "never").
+                expect(page.locator('#device-list tr[data-device="bob-laptop"] td.offline')).to_have_text("offline")
+                for device in ("bob-iphone", "bob-laptop"):
+                    expect(page.locator(f'#device-list tr[data-device="{device}"] td').nth(2)).not_to_have_text(re.compile("never|now"))
                 page.get_by_label("Push language").fill("no such language!")
                 page.locator("#push-preferences").get_by_role("button", name="Save").click()
                 expect(page.locator("#push_language-error")).to_contain_text("translationLanguage")
@@ -347,7 +356,8 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator("#preferences-notice")).to_have_text("Saved.")
                 page.reload()
                 expect(page.get_by_label("Push language")).to_have_value("ja")
-            failures.step("bob's page shows which devices are online (bound or not) and saves his push language", devices_online_and_preferences)
+            failures.step("bob's page shows his devices online or not with when each was seen, disconnects one, and saves his push language",
+                          devices_online_and_preferences)
 
             def templates() -> None:
                 page.get_by_role("link", name="Templates").click()
@@ -358,6 +368,15 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator("#preview-title")).to_have_text("Hi Ann")
                 expect(page.locator("#preview-body")).to_have_text("Alice: See you at 8?")
                 expect(page.locator("#preview-size")).to_contain_text("of 4096 bytes")
+                expect(page.locator("#preview-size")).not_to_contain_text("Too long")
+                # Texts too long for APNs' 4 KB are shortened as real pushes are, and the preview says so.
+                page.get_by_label("Content pattern").fill("{0}{0}{0}{0}{0}")
+                page.get_by_label("Sample content arguments").fill("x" * 1000)
+                expect(page.locator("#preview-size")).to_contain_text("Too long: shortened")
+                expect(page.locator("#preview-body")).to_contain_text("…")
+                page.get_by_label("Sample content arguments").fill("")
+                page.get_by_label("Content pattern").fill("{$fromNickname}: {$msg}")
+                expect(page.locator("#preview-size")).not_to_contain_text("Too long")
                 page.get_by_label("Title pattern").fill("Hi {nope}")
                 expect(page.locator("#title_pattern-error")).not_to_be_empty()
                 page.get_by_label("Title pattern").fill("Hello {0}")

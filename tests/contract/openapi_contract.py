@@ -1011,6 +1011,22 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     if answer is not None and answer.status == 101:
         accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
         report.check(answer.headers.get("sec-websocket-accept") == accept, "the upgrade answers the right Sec-WebSocket-Accept", repr(answer.headers))
+    # The device that connected is listed (its first sighting is written within 100 ms), then disconnected.
+    devices: list = []
+    for _ in range(40):
+        answer = c.call("listUserDevices", {"username": "carol"}, token=tokens["carol"], quiet=True)
+        devices = entities_of(answer) or []
+        if any(d.get("device_id") == "carol-ws" and d.get("last_seen") for d in devices):
+            break
+        time.sleep(0.1)
+    report.check(any(d.get("device_id") == "carol-ws" and isinstance(d.get("last_seen"), int) for d in devices),
+                 "listUserDevices: the device that connected, with when it was seen", repr(devices))
+    c.call("listUserDevices", {"username": "dave"}, token=tokens["carol"], expect=403, error="forbidden_op", label="(another user's token)")
+    answer = c.call("disconnectUserDevice", {"username": "carol", "device_id": "carol-ws"}, token=app_token)
+    report.check(isinstance((data_of(answer) or {}).get("result"), bool), "disconnectUserDevice answers whether it was connected", repr(answer and answer.json))
+    answer = c.call("disconnectUserDevice", {"username": "carol", "device_id": "never-connected"}, token=tokens["carol"], label="(a device never connected)")
+    report.check((data_of(answer) or {}).get("result") is False, "disconnectUserDevice: a device not connected answers false", repr(answer and answer.json))
+    c.call("disconnectUserDevice", {"username": "nobody", "device_id": "d"}, token=app_token, expect=404, error="user_not_found", label="(unknown user)")
 
     # --- the demo app, as `--demo` printed it --------------------------------------------------------------------------
     check_demo(report, c, server.log())

@@ -481,31 +481,47 @@ async function userPage() {
     preferencesForm(path, language.data.translationLanguage || "", chosen.data.templateName || "", templates.entities.map((t) => t.name)));
 }
 
-/** The user's bound devices and the devices connected now (on any node): online or not, under which certificate. */
+/**
+ * The user's devices: every one bound for push, seen (connected before) or connected now (on any node), online or not,
+ * when last seen, under which certificate; Unbind for a binding, Disconnect for a connected device.
+ */
 async function renderDevices(target, path, errorArea) {
-  const [bindings, resources] = await Promise.all([call("GET", `${path}/push/binding`), call("GET", `${path}/resources`)]);
-  const online = new Set(resources.entities.map((r) => r.res));
-  const unbound = [...online].filter((id) => !bindings.entities.some((b) => b.device_id === id));
-  if (!bindings.entities.length && !unbound.length) { target.replaceChildren(el("p", {}, "No device is bound for push or connected.")); return; }
-  const state = (id) => el("td", { class: online.has(id) ? "online" : "offline" }, online.has(id) ? "online" : "offline");
+  const [bindings, seen] = await Promise.all([call("GET", `${path}/push/binding`), call("GET", `${path}/devices`)]);
+  const devices = new Map(seen.entities.map((d) => [d.device_id, d]));
+  const unbound = seen.entities.filter((d) => !bindings.entities.some((b) => b.device_id === d.device_id)).map((d) => d.device_id);
+  if (!bindings.entities.length && !unbound.length) { target.replaceChildren(el("p", {}, "No device is bound for push or has connected.")); return; }
+  const isOnline = (id) => Boolean(devices.get(id) && devices.get(id).online);
+  const state = (id) => el("td", { class: isOnline(id) ? "online" : "offline" }, isOnline(id) ? "online" : "offline");
+  const lastSeen = (id) => el("td", {}, devices.get(id) && devices.get(id).last_seen ? time(devices.get(id).last_seen) : isOnline(id) ? "now" : "never");
+  /** A button that asks, runs `action`, then shows the devices again (or the error). */
+  const action = (label, id, question, failure, run) => {
+    const button = el("button", { type: "button", class: "danger", "aria-label": `${label} ${id}` }, label);
+    button.addEventListener("click", async () => {
+      if (!window.confirm(question)) return;
+      errorArea.textContent = "";
+      try {
+        await run();
+        await renderDevices(target, path, errorArea);
+      } catch (error) {
+        errorArea.textContent = `${failure}: ${error.message}`;
+      }
+    });
+    return button;
+  };
+  const disconnect = (id) => isOnline(id)
+    ? action("Disconnect", id, `Disconnect device ${id}? The app there stops and asks to sign in again; other devices stay.`,
+      `Could not disconnect ${id}`, () => call("DELETE", `${path}/disconnect/${encodeURIComponent(id)}`))
+    : null;
   target.replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, ["Device", "Now", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
-    el("tbody", {}, bindings.entities.map((b) => {
-      const unbind = el("button", { type: "button", class: "danger", "aria-label": `Unbind ${b.device_id}` }, "Unbind");
-      unbind.addEventListener("click", async () => {
-        if (!window.confirm(`Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`)) return;
-        errorArea.textContent = "";
-        try {
-          await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name });
-          await renderDevices(target, path, errorArea);
-        } catch (error) {
-          errorArea.textContent = `Could not unbind ${b.device_id}: ${error.message}`;
-        }
-      });
-      return el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), state(b.device_id), el("td", {}, b.notifier_name),
-        el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""), el("td", {}, unbind));
-    }), unbound.map((id) => el("tr", { "data-device": id }, el("td", { class: "mono" }, id), state(id),
-      el("td", { colspan: "4" }, "not bound for push"))))));
+    el("thead", {}, el("tr", {}, ["Device", "Now", "Last seen", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, bindings.entities.map((b) => el("tr", { "data-device": b.device_id }, el("td", { class: "mono" }, b.device_id), state(b.device_id),
+      lastSeen(b.device_id), el("td", {}, b.notifier_name), el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""),
+      el("td", { class: "actions" },
+        action("Unbind", b.device_id, `Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`, `Could not unbind ${b.device_id}`,
+          () => call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name })),
+        disconnect(b.device_id)))),
+    unbound.map((id) => el("tr", { "data-device": id }, el("td", { class: "mono" }, id), state(id), lastSeen(id),
+      el("td", { colspan: "3" }, "not bound for push"), el("td", { class: "actions" }, disconnect(id)))))));
 }
 
 /** The language pushes are translated to and the template the user's pushes use (Easemob's per-user choices). */
@@ -699,7 +715,9 @@ function templateEditor(existing, onSaved) {
       preview.replaceChildren(el("h2", {}, "Preview"),
         el("p", {}, el("strong", {}, "Title: "), el("span", { id: "preview-title" }, answer.title || "(none)")),
         el("p", {}, el("strong", {}, "Body: "), el("span", { id: "preview-body" }, answer.content || "")),
-        el("p", { id: "preview-size", class: answer.bytes > answer.limit ? "expiring" : "hint" }, `${answer.bytes} of ${answer.limit} bytes`),
+        el("p", { id: "preview-size", class: answer.shortened ? "expiring" : "hint" }, answer.shortened
+          ? `Too long: shortened with "…" to fit APNs' limit (${answer.bytes} of ${answer.limit} bytes)`
+          : `${answer.bytes} of ${answer.limit} bytes`),
         el("pre", {}, JSON.stringify(answer.payload, null, 2)));
     } catch (error) {
       const target = /content_pattern/.test(error.message) ? "content_pattern" : "title_pattern";
