@@ -20,10 +20,13 @@ public final class APNsSimulator: Service, Sendable {
         /// Streams allowed per connection once it has authenticated (APNs: about 1000).
         public var maxConcurrentStreams: Int
         public var clock: @Sendable () -> Date
+        /// The event loops the APNs side runs on (every stream is answered on them); nil: NIO's shared ones. A benchmark
+        /// gives the simulator threads of its own to tell how much of the machine it used.
+        public var eventLoopGroup: (any EventLoopGroup)?
 
         public init(
             host: String = "127.0.0.1", port: Int = 0, controlPort: Int = 0, environment: APNsEnvironment = .development,
-            maxConcurrentStreams: Int = 1000, clock: @escaping @Sendable () -> Date = Date.init
+            maxConcurrentStreams: Int = 1000, clock: @escaping @Sendable () -> Date = Date.init, eventLoopGroup: (any EventLoopGroup)? = nil
         ) {
             self.host = host
             self.port = port
@@ -31,6 +34,7 @@ public final class APNsSimulator: Service, Sendable {
             self.environment = environment
             self.maxConcurrentStreams = maxConcurrentStreams
             self.clock = clock
+            self.eventLoopGroup = eventLoopGroup
         }
     }
 
@@ -73,7 +77,7 @@ public final class APNsSimulator: Service, Sendable {
         let listener = APNsListener(
             state: state, environment: configuration.environment, maxConcurrentStreams: configuration.maxConcurrentStreams,
             clock: configuration.clock, logger: logger)
-        let channel = try await listener.bind(host: configuration.host, port: configuration.port, group: MultiThreadedEventLoopGroup.singleton)
+        let channel = try await listener.bind(host: configuration.host, port: configuration.port, group: configuration.eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton)
         let apnsPort = channel.localAddress?.port ?? 0
         let (controlPorts, controlPortSink) = AsyncStream.makeStream(of: Int.self)
         let control = Application(

@@ -107,6 +107,30 @@ func residentBytes(pid: Int32 = getpid()) -> Int {
     return kilobytes * 1024
 }
 
+/// The calling thread's kernel id (`/proc/thread-self` links to `PID/task/TID`; Glibc's `gettid` is not imported).
+func threadID() -> Int32 {
+    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")).flatMap { Int32($0.split(separator: "/").last ?? "") } ?? 0
+}
+
+/// CPU time (user + system, seconds) of one thread of this process (Linux `/proc`).
+func threadCPUSeconds(_ thread: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/self/task/\(thread)/stat", encoding: .utf8),
+        let afterName = stat.range(of: ") ", options: .backwards)
+    else { return 0 }
+    // After "pid (comm) " comes field 3 (state); utime and stime are fields 14 and 15, in clock ticks.
+    let fields = stat[afterName.upperBound...].split(separator: " ")
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// CPU time (user + system, seconds) of this whole process.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 func percentile(_ sorted: [Double], _ p: Double) -> Double {
     guard !sorted.isEmpty else { return .nan }
     return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
