@@ -59,6 +59,8 @@ struct DeviceSession {
         outbox.finish()
         let wentOffline = await switchboard.unregister(outbox)
         do {
+            // Seen until now (the device's last-seen time), whether or not it acknowledged anything since.
+            cursors.advance(username, device: deviceID, app: app.id, to: 0)
             try await cursors.flush(username: username, app: app.id)
         } catch {
             logger.error("writing the cursor of a disconnected device failed", metadata: ["error": "\(error)"])

@@ -65,8 +65,8 @@ public final class BeaconMetrics: Sendable {
         storeUp = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_store_up"))
         webhookOutbox = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_outbox_events"))
         webhookOldestAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_oldest_event_age_seconds"))
-        // Kept by the store (per webhook, since it was set) and copied at scrape time: a gauge, as the registry has no
-        // counter that can be set; it only grows until a webhook is replaced or deleted.
+        // Kept by the store (per webhook, since it was first set) and copied at scrape time: a gauge, as the registry
+        // has no counter that can be set; it falls when a webhook is deleted or disabled.
         webhookDropped = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_events_dropped"))
         webhookEventsDelivered = Metrics.Counter(label: "beacon_webhook_events_delivered_total", factory: factory)
         webhookLatency = Metrics.Timer(label: "beacon_webhook_delivery_duration_seconds", factory: factory)

@@ -25,24 +25,66 @@ public struct SecretBox: Sendable {
         (directory as NSString).appendingPathComponent("secret.key")
     }
 
-    /// The key in `directory/secret.key`, if there is one.
+    /// The key in `directory/secret.key`, if there is one. A file that exists but cannot be read is an error, never
+    /// "no key": a new key written over it would lock every stored secret away.
     public static func existing(inDataDirectory directory: String) throws -> SecretBox? {
-        guard let text = try? String(contentsOfFile: keyFile(inDataDirectory: directory), encoding: .utf8) else { return nil }
+        let path = keyFile(inDataDirectory: directory)
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        return try read(keyFile: path)
+    }
+
+    /// The key in a file (base64, surrounding white space ignored).
+    public static func read(keyFile path: String) throws -> SecretBox {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw BeaconConfigurationError("cannot read the secret key in \(path) (\(error.localizedDescription)); check its owner and mode")
+        }
         return try SecretBox(base64: text.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// Writes a new random key to `path` (created 0600, never over an existing file, flushed to disk) and returns it.
+    public static func create(keyFile path: String) throws -> SecretBox {
+        let key = SymmetricKey(size: .bits256)
+        try writeKeyFile(path, text: key.withUnsafeBytes { Data($0).base64EncodedString() }, exclusive: true)
+        return SecretBox(key: key)
+    }
+
+    /// Writes `text` to `path` 0600 and flushes it: `exclusive` refuses an existing file; otherwise the file is
+    /// replaced in one step (a rename, then the directory flushed), keeping the owner of the file it replaces.
+    public static func writeKeyFile(_ path: String, text: String, exclusive: Bool) throws {
+        let target = exclusive ? path : path + ".new"
+        if !exclusive { unlink(target) }
+        let descriptor = Glibc.open(target, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        guard descriptor >= 0 else { throw BeaconConfigurationError("cannot create \(target): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        var previous = stat()
+        if !exclusive, stat(path, &previous) == 0, fchown(descriptor, previous.st_uid, previous.st_gid) != 0 {
+            throw BeaconConfigurationError("cannot give \(target) the owner of \(path): \(String(cString: strerror(errno)))")
+        }
+        let bytes = Array(text.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count, fsync(descriptor) == 0 else {
+            throw BeaconConfigurationError("cannot write \(target): \(String(cString: strerror(errno)))")
+        }
+        if !exclusive {
+            guard rename(target, path) == 0 else { throw BeaconConfigurationError("cannot replace \(path): \(String(cString: strerror(errno)))") }
+        }
+        let directory = Glibc.open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, O_RDONLY)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
+        }
     }
 
     /// The key in `directory/secret.key`, created (0600) if missing.
     public static func fromDataDirectory(_ directory: String, logger: Logger) throws -> SecretBox {
         if let existing = try existing(inDataDirectory: directory) { return existing }
         let path = keyFile(inDataDirectory: directory)
-        let key = SymmetricKey(size: .bits256)
-        let text = key.withUnsafeBytes { Data($0).base64EncodedString() }
         try PrivateDirectory.create(directory)
-        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw BeaconConfigurationError("could not write \(path)")
-        }
+        let box = try create(keyFile: path)
         logger.warning("no secret key configured (BEACON_SECRET_KEY): generated one at \(path); keep it safe and back it up")
-        return SecretBox(key: key)
+        return box
     }
 
     /// A key for another purpose, derived from this one (HKDF-SHA256): nodes sharing the secret key share it, and it

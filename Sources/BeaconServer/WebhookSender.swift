@@ -59,7 +59,7 @@ final class WebhookSender: Service, Sendable {
             var deliveries = 0
             var timerRunning = false
             while !Task.isCancelled {
-                while deliveries < Self.concurrentApps, let batch = await claim() {
+                while deliveries < Self.concurrentApps, !Task.isCancelled, let batch = await claim() {
                     group.addTask {
                         await self.deliver(batch, client: client)
                         return true
@@ -101,8 +101,8 @@ final class WebhookSender: Service, Sendable {
         } catch {
             failure = "\(error)"
         }
-        guard !Task.isCancelled else {
-            // Shutting down: not the receiver's failure. The claim lapses and the same events go again.
+        guard failure == nil || !Task.isCancelled else {
+            // Cut short by a shutdown: not the receiver's failure. The claim lapses and the same events go again.
             logger.debug("webhook delivery cancelled", metadata: ["app": "\(batch.app)", "events": "\(batch.events.count)"])
             return
         }

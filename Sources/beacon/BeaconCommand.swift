@@ -120,6 +120,9 @@ struct Serve: AsyncParsableCommand {
     }
 
     private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
+        // Held while serving: `rotate-key` refuses to run beside a server on the embedded database.
+        let lock = try (store as? SQLiteStore).map { try ServeLock.shared($0.path) }
+        defer { withExtendedLifetime(lock) {} }
         let dataDir = config.value(Settings.dataDir)
         var configuration = BeaconConfiguration(host: config.value(Settings.host), port: config.value(Settings.port))
         configuration.nodeName = config.value(Settings.nodeID)
@@ -389,52 +392,95 @@ struct Backup: AsyncParsableCommand {
 struct RotateKey: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rotate-key",
-        abstract: "Seal every stored push credential and webhook secret with a new secret key (stop every node first).",
+        abstract: "Seal every stored push credential and webhook secret with a new secret key (every node stopped).",
         discussion: """
-            The current key is the configured one (BEACON_SECRET_KEY, else DATA_DIR/secret.key); the new one comes from \
-            BEACON_NEW_SECRET_KEY (32 bytes, base64), kept out of the command line. Safe to run again after an interruption. \
-            With DATA_DIR/secret.key, the file is replaced by the new key at the end; otherwise set BEACON_SECRET_KEY to the \
-            new key on every node. Tokens are signed with a key derived from the secret key: everyone signs in again.
+            The current key is the configured one (BEACON_SECRET_KEY, else DATA_DIR/secret.key). The new one is read from \
+            --new-key-file, which is created (0600) with a fresh random key when it does not exist — before anything is \
+            sealed with it, so that an interrupted run can be run again with the same file. With DATA_DIR/secret.key, that \
+            file is replaced by the new key at the end (same owner); otherwise set BEACON_SECRET_KEY to the new key on every \
+            node. Tokens are signed with a key derived from the secret key: everyone signs in again.
             """)
+
+    @Option(help: "The new key (base64): read if the file exists, else generated into it (0600). Keep it.")
+    var newKeyFile: String
+
+    @Flag(help: "PostgreSQL: confirms that every node is stopped (a running node could not open what is sealed again).")
+    var allNodesStopped = false
 
     @OptionGroup var data: DataOptions
 
     func run() async throws {
         let config = try await data.reader(flags: [:])
         let logger = try makeLogger(config, fallbackLevel: .warning)
-        guard let newText = ProcessInfo.processInfo.environment["BEACON_NEW_SECRET_KEY"] else {
-            throw ValidationError("set BEACON_NEW_SECRET_KEY to the new key (32 random bytes, base64: openssl rand -base64 32)")
-        }
-        let new = try SecretBox(base64: newText)
         let dataDir = config.value(Settings.dataDir)
+        let database = try ConfiguredDatabase(config.value(Settings.database))
         let keyInFile = config.value(Settings.secretKey) == nil
         let current: SecretBox
         if let text = config.value(Settings.secretKey) {
             current = try SecretBox(base64: text)
+        } else if case .postgres = database {
+            throw ValidationError("with PostgreSQL the current key is BEACON_SECRET_KEY")
         } else if let existing = try SecretBox.existing(inDataDirectory: dataDir) {
             current = existing
         } else {
             throw ValidationError("no current key: set BEACON_SECRET_KEY, or --data-dir to the directory holding secret.key")
         }
-        if keyInFile, case .postgres = try ConfiguredDatabase(config.value(Settings.database)) {
-            throw ValidationError("with PostgreSQL the current key is BEACON_SECRET_KEY")
+        var serverLock: ServeLock?
+        switch database {
+        case .sqlite(let path):
+            // Held until the end: no server starts on the database meanwhile.
+            serverLock = try ServeLock.exclusive(path ?? SQLiteStore.databasePath(inDirectory: dataDir))
+        case .postgres:
+            guard allNodesStopped else {
+                throw ValidationError("stop every node first, then confirm it with --all-nodes-stopped (a running node could not open what is sealed again)")
+            }
+        }
+        defer { withExtendedLifetime(serverLock) {} }
+        let new: SecretBox
+        if FileManager.default.fileExists(atPath: newKeyFile) {
+            new = try SecretBox.read(keyFile: newKeyFile)
+        } else {
+            new = try SecretBox.create(keyFile: newKeyFile)
+            print("generated a new key in \(newKeyFile): keep it, it is the new secret key")
         }
         let count = try await withConfiguredStore(config, logger: logger) { store, _ in
             try await current.resealStoredSecrets(in: store, with: new, now: Int64(Date().timeIntervalSince1970 * 1000))
         }
         print("sealed \(count) stored secret(s) with the new key")
         guard keyInFile else {
-            print("now set BEACON_SECRET_KEY to the new key on every node and start them")
+            print("now set BEACON_SECRET_KEY to the key in \(newKeyFile) on every node and start them")
             return
         }
-        // Replaced in one step (a rename), so the file always holds one whole key.
         let path = SecretBox.keyFile(inDataDirectory: dataDir)
-        let staged = path + ".new"
-        try? FileManager.default.removeItem(atPath: staged)
-        guard FileManager.default.createFile(atPath: staged, contents: Data(newText.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw ValidationError("could not write \(staged)")
-        }
-        guard rename(staged, path) == 0 else { throw ValidationError("could not replace \(path): \(String(cString: strerror(errno)))") }
+        try SecretBox.writeKeyFile(path, text: try String(contentsOfFile: newKeyFile, encoding: .utf8), exclusive: false)
         print("\(path) now holds the new key")
+    }
+}
+
+/// `serve` on the embedded database holds a shared lock (`flock`) on its file for as long as it runs; a command that
+/// must not run beside a server (`rotate-key`) takes it exclusively, so neither starts while the other runs. (SQLite's
+/// own locks are `fcntl` locks: independent of these.)
+final class ServeLock: Sendable {
+    private let descriptor: Int32
+
+    private init(_ path: String, operation: Int32, busy: String) throws {
+        descriptor = open(path, O_RDONLY)
+        guard descriptor >= 0 else { throw ValidationError("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard flock(descriptor, operation | LOCK_NB) == 0 else {
+            close(descriptor)
+            throw ValidationError(busy)
+        }
+    }
+
+    deinit { close(descriptor) }
+
+    /// For `serve`: fails while a command holds the database alone.
+    static func shared(_ path: String) throws -> ServeLock {
+        try ServeLock(path, operation: LOCK_SH, busy: "\(path) is held by another command (rotate-key): wait for it to finish")
+    }
+
+    /// For commands that need every server stopped.
+    static func exclusive(_ path: String) throws -> ServeLock {
+        try ServeLock(path, operation: LOCK_EX, busy: "a server runs on \(path): stop it first")
     }
 }

@@ -202,6 +202,9 @@ import Testing
             let pad = try await beacon.connect("bob", device: "pad")
             try await phone.events.synced()
             try await pad.events.synced()
+            // Connected a while: its last-seen time is when it left, not when it came.
+            try await Task.sleep(for: .milliseconds(300))
+            let beforeDisconnect = Int64(Date().timeIntervalSince1970 * 1000)
             let (status, answer) = try await beacon.rest("DELETE", "/users/bob/disconnect/phone")
             #expect(status == 200 && answer["data"]?["result"] == true)
             try await phone.events.wait { $0.contains(.kicked) }
@@ -222,6 +225,7 @@ import Testing
             #expect(devices.map { $0["device_id"] } == ["pad", "phone"])
             #expect(devices.map { $0["online"] } == [true, false])
             #expect(devices.allSatisfy { ($0["last_seen"]?.intValue ?? 0) > 0 })
+            #expect((devices.last?["last_seen"]?.intValue).map { Int64($0) >= beforeDisconnect } == true, "\(devices)")
             // Another user's token may not.
             try await beacon.createUsers("eve")
             let eve = try await beacon.userToken("eve")

@@ -157,6 +157,12 @@ private let phone = String(repeating: "ef", count: 32)
         let (release, releaseSink) = AsyncStream.makeStream(of: Void.self)
         let (finished, finishedSink) = AsyncStream.makeStream(of: Bool.self)
         let ended = Atomic<Bool>(false)
+        // Released after 5 s anyway: a broken bound then shows as the body's answer, not as a hang.
+        let releaser = Task {
+            try await Task.sleep(for: .seconds(5))
+            releaseSink.yield()
+        }
+        defer { releaser.cancel() }
         await #expect(throws: TimedOut.self) {
             try await withTimeout(.milliseconds(50)) {
                 // Waits for the release below, cancelled or not (an unstructured task's wait is not cancelled with this one).

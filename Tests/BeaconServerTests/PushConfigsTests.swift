@@ -2,6 +2,7 @@ import BeaconAPNs
 import BeaconCore
 import BeaconSQLite
 import BeaconStorage
+import BeaconTestSupport
 import Crypto
 import Foundation
 import Logging
@@ -94,5 +95,57 @@ import Testing
             }
             #expect(error?.sealed == "push configuration 'ios-prod'")
         }
+    }
+
+    /// `beacon rotate-key` as an operator runs it on the embedded database: the new key generated into its file first,
+    /// every secret sealed with it, `secret.key` replaced; run again, nothing to do; refused while a server runs, and on
+    /// PostgreSQL without the current key or the confirmation that every node is stopped.
+    @Test func theRotateKeyCommandResealsAndReplacesTheKeyFile() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-rotate-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let data = directory.appendingPathComponent("data").path
+        let newKeyFile = directory.appendingPathComponent("new.key").path
+        let store = try SQLiteStore(directory: data)
+        let old = try SecretBox.fromDataDirectory(data, logger: Logger(label: "test"))
+        let credentials = try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store)
+        let app = try #require(try await store.app(AppKey(org: credentials.org, name: credentials.app)))
+        let pem = Array(P256.Signing.PrivateKey().pemRepresentation.utf8)
+        try await store.savePushConfig(
+            PushConfigRecord(
+                appID: app.id, name: "ios", kind: .p8, environment: "production", bundleID: "com.example", voip: false, keyID: "K", teamID: "T",
+                sealedSecret: try old.seal(pem), expiresAt: nil, createdAt: 1))
+        func rotate(_ extra: [String] = []) async throws -> (Int32, String) {
+            let result = try await runToExit(BeaconProcess.executable, ["rotate-key", "--data-dir", data, "--new-key-file", newKeyFile] + extra)
+            return (result.status, String(decoding: result.output, as: UTF8.self))
+        }
+
+        // Refused beside a running server.
+        let server = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+        _ = try await server.line(containing: "Beacon listening on")
+        #expect(try await rotate().0 != 0)
+        #expect(!FileManager.default.fileExists(atPath: newKeyFile))
+        server.process.terminate()
+        #expect(await server.exitStatus(within: .seconds(30)) != nil)
+
+        let (status, output) = try await rotate()
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("sealed 1 stored secret(s)"))
+        let new = try SecretBox.read(keyFile: newKeyFile)
+        #expect(try new.open(try #require(try await store.pushConfig("ios", app: app.id)).sealedSecret) == pem)
+        #expect(try String(contentsOfFile: SecretBox.keyFile(inDataDirectory: data), encoding: .utf8) == String(contentsOfFile: newKeyFile, encoding: .utf8))
+        let mode = try FileManager.default.attributesOfItem(atPath: newKeyFile)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        // Again: the data directory's key is the new one now, and nothing is left to seal.
+        let again = try await rotate()
+        #expect(again.0 == 0 && again.1.contains("sealed 0 stored secret(s)"), "\(again.1)")
+
+        // PostgreSQL: refused before connecting (nothing listens on port 9).
+        let url = "postgres://nobody@127.0.0.1:9/none"
+        #expect(try await rotate(["--database", url]).0 != 0)
+        let withKey = try await runToExit(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            ["BEACON_SECRET_KEY=\(String(decoding: try Data(contentsOf: URL(fileURLWithPath: newKeyFile)), as: UTF8.self))", BeaconProcess.executable.path,
+             "rotate-key", "--database", url, "--new-key-file", newKeyFile])
+        #expect(withKey.status != 0)
     }
 }
