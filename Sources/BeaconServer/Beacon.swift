@@ -320,7 +320,9 @@ public struct BeaconServer: Sendable {
         return API.json(checks, status: ready ? .ok : .serviceUnavailable)
     }
 
-    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
+    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter. (Not inlined:
+    /// its locals would stay in the frame of the upgrade's handler, suspended for the connection's whole life.)
+    @inline(never)
     private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, String, String) {
         let app = try await api.app(context)
         let caller = try await api.caller(request, app: app)

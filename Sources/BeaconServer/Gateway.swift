@@ -57,6 +57,13 @@ struct DeviceSession {
             result = .failure(error)
         }
         outbox.finish()
+        await wentAway(outbox)
+        try result.get()
+    }
+
+    /// After the connection: offline unless replaced, last seen now, pushes decided again for what it never acknowledged.
+    @inline(never)
+    private func wentAway(_ outbox: DeviceOutbox) async {
         let wentOffline = await switchboard.unregister(outbox)
         do {
             // Seen until now (the device's last-seen time), whether or not it acknowledged anything since.
@@ -67,17 +74,28 @@ struct DeviceSession {
         }
         // Replaced by a new connection of the same device: it is still online.
         if wentOffline { await messages.router?.deviceWentOffline(username, app: app) }
-        try result.get()
     }
 
     private func runOnline(outbox: DeviceOutbox, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        guard let cursor = try await inChildTask({ try await greet(outbox: outbox, outbound: outbound) }) else { return }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await runWriter(outbox: outbox, outbound: outbound, from: cursor) }
+            defer { outbox.finish() }
+            try await runReader(inbound: inbound, outbox: outbox)
+        }
+    }
+
+    /// The start of a registered session: `welcome` with the device's cursor, the read markers it missed, and a sync
+    /// requested. Nil when the device was kicked meanwhile (told so).
+    @inline(never)
+    private func greet(outbox: DeviceOutbox, outbound: WebSocketOutboundWriter) async throws -> Int64? {
         try await afterRegistered?(username, deviceID)
         // A kick or a deletion between the upgrade's authentication and the registration found no session to close.
         do {
             try await reauthenticate()
         } catch {
             try await write(.closing(reason: "kicked"), to: outbound)
-            return
+            return nil
         }
         let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
@@ -88,67 +106,89 @@ struct DeviceSession {
             try await write(.read(ReadService.state(marker, badge: nil)), to: outbound)
         }
         outbox.requestSync()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await runWriter(outbox: outbox, outbound: outbound, from: cursor) }
-            defer { outbox.finish() }
-            try await runReader(inbound: inbound, outbox: outbox)
-        }
+        return cursor
     }
 
     // MARK: Reading
 
+    // Memory: a connection spends its life suspended in the two loops below. A suspended async function keeps its whole
+    // frame (every local of everything inlined into it) in its task's allocator, and that allocator never gives back a
+    // slab it grew for a deep call (Swift's StackAllocator keeps emptied slabs until the task ends). So the work done per
+    // frame or per wake-up — storing, reading the store, writing JSON — runs in a short-lived child task of its own, in
+    // functions that are never inlined into the loops: an idle connection holds two small frames, not the high-water
+    // mark of everything it ever did.
+
     private func runReader(inbound: WebSocketInboundStream, outbox: DeviceOutbox) async throws {
-        let decoder = JSONDecoder()
         var acked: Int64 = 0
         for try await message in inbound.messages(maxSize: Self.maxFrameBytes) {
-            guard case .text(let text) = message else {
-                answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
-                continue
+            let before = acked
+            acked = try await inChildTask { try await handle(message, outbox: outbox, acked: before) }
+        }
+    }
+
+    /// Runs `work` in a child task (cancelled with this one), whose allocator goes when it ends.
+    @inline(never)
+    private func inChildTask<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask(operation: work)
+            guard let result = try await group.next() else { throw CancellationError() }
+            return result
+        }
+    }
+
+    /// One frame from the device; `acked` is the highest sequence number it acknowledged on this connection so far.
+    /// Returns that number after this frame.
+    @inline(never)
+    private func handle(_ message: WebSocketMessage, outbox: DeviceOutbox, acked: Int64) async throws -> Int64 {
+        let decoder = JSONDecoder()
+        guard case .text(let text) = message else {
+            answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
+            return acked
+        }
+        let frame: ClientFrame
+        do {
+            frame = try decoder.decode(ClientFrame.self, from: Data(text.utf8))
+        } catch {
+            // The `id` of a malformed send still comes back, so that the client can fail that send.
+            let id = (try? decoder.decode(FrameReference.self, from: Data(text.utf8)))?.id
+            answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(describe(error))"), on: outbox)
+            return acked
+        }
+        switch frame {
+        case .ping:
+            answer(.pong, on: outbox)
+        case .sync:
+            outbox.requestSync(fromAcknowledged: true)
+        case .logout:
+            // Offline from here on, before the device hears back: a message sent after its logout returns is pushed.
+            if await switchboard.unregister(outbox) {
+                try await cursors.flush(username: username, app: app.id)
+                await messages.router?.deviceWentOffline(username, app: app)
             }
-            let frame: ClientFrame
+            outbox.close(reason: "logout")
+        case .ack(let seq):
+            guard outbox.mayAcknowledge(seq) else {
+                // Acknowledging the future would hide messages stored later from this device.
+                answer(.error(id: nil, code: BeaconError.Code.illegalArgument.rawValue, description: "ack beyond the last message sent"), on: outbox)
+                return acked
+            }
+            guard seq > acked else { return acked }
+            cursors.advance(username, device: deviceID, app: app.id, to: seq)
+            return seq
+        case .send(let request):
+            answer(await send(request), on: outbox)
+        case .read(let chatType, let conversation, let upTo):
+            await markRead(ConversationID(chatType: chatType, key: conversation), upTo: upTo, on: outbox)
+        case .readAll:
+            await markRead(nil, upTo: nil, on: outbox)
+        case .badge(let count):
             do {
-                frame = try decoder.decode(ClientFrame.self, from: Data(text.utf8))
+                try await store.reportBadge(of: username, app: app.id, value: count)
             } catch {
-                // The `id` of a malformed send still comes back, so that the client can fail that send.
-                let id = (try? decoder.decode(FrameReference.self, from: Data(text.utf8)))?.id
-                answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(describe(error))"), on: outbox)
-                continue
-            }
-            switch frame {
-            case .ping:
-                answer(.pong, on: outbox)
-            case .sync:
-                outbox.requestSync(fromAcknowledged: true)
-            case .logout:
-                // Offline from here on, before the device hears back: a message sent after its logout returns is pushed.
-                if await switchboard.unregister(outbox) {
-                    try await cursors.flush(username: username, app: app.id)
-                    await messages.router?.deviceWentOffline(username, app: app)
-                }
-                outbox.close(reason: "logout")
-            case .ack(let seq):
-                guard outbox.mayAcknowledge(seq) else {
-                    // Acknowledging the future would hide messages stored later from this device.
-                    answer(.error(id: nil, code: BeaconError.Code.illegalArgument.rawValue, description: "ack beyond the last message sent"), on: outbox)
-                    continue
-                }
-                guard seq > acked else { continue }
-                acked = seq
-                cursors.advance(username, device: deviceID, app: app.id, to: seq)
-            case .send(let request):
-                answer(await send(request), on: outbox)
-            case .read(let chatType, let conversation, let upTo):
-                await markRead(ConversationID(chatType: chatType, key: conversation), upTo: upTo, on: outbox)
-            case .readAll:
-                await markRead(nil, upTo: nil, on: outbox)
-            case .badge(let count):
-                do {
-                    try await store.reportBadge(of: username, app: app.id, value: count)
-                } catch {
-                    answer(errorFrame(for: error, id: nil), on: outbox)
-                }
+                answer(errorFrame(for: error, id: nil), on: outbox)
             }
         }
+        return acked
     }
 
     /// Queues an answer; a device that stopped reading its answers is disconnected rather than left without one
@@ -197,42 +237,54 @@ struct DeviceSession {
         var delivered = cursor
         outbox.noteSending(through: cursor)
         for await _ in outbox.wakeups {
-            let pending = outbox.take()
-            for reply in pending.replies {
-                try await write(reply, to: outbound)
-            }
-            if let reason = pending.closeReason {
-                try await write(.closing(reason: reason), to: outbound)
-                try await outbound.close(.normalClosure, reason: reason)
-                return
-            }
-            var mustFetch = pending.mustFetch
-            if !mustFetch {
-                for entry in pending.stored where entry.seq > delivered {
-                    guard entry.seq == delivered + 1 else {
-                        mustFetch = true  // a gap: an earlier append is still on its way; the store has it
-                        break
-                    }
-                    try await deliver(entry, to: outbox, outbound)
-                    delivered = entry.seq
+            let from = delivered
+            guard let through = try await inChildTask({ try await drain(outbox, outbound, delivered: from) }) else { return }
+            delivered = through
+        }
+    }
+
+    /// Writes what the outbox holds: answers, new messages (or what the store has after `delivered`, when there is a gap
+    /// or a sync was asked for), online-only messages. Returns the last sequence number sent, nil when the connection
+    /// was closed.
+    @inline(never)
+    private func drain(_ outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter, delivered: Int64) async throws -> Int64? {
+        var delivered = delivered
+        let pending = outbox.take()
+        for reply in pending.replies {
+            try await write(reply, to: outbound)
+        }
+        if let reason = pending.closeReason {
+            try await write(.closing(reason: reason), to: outbound)
+            try await outbound.close(.normalClosure, reason: reason)
+            return nil
+        }
+        var mustFetch = pending.mustFetch
+        if !mustFetch {
+            for entry in pending.stored where entry.seq > delivered {
+                guard entry.seq == delivered + 1 else {
+                    mustFetch = true  // a gap: an earlier append is still on its way; the store has it
+                    break
                 }
-            }
-            if pending.fromAcknowledged {
-                // The device asked to sync: everything after what it acknowledged comes again.
-                delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
-            }
-            var fetched = 0
-            if mustFetch {
-                (delivered, fetched) = try await fetch(after: delivered, to: outbox, outbound)
-            }
-            if pending.announceSynced {
-                messages.metrics.syncCatchUp.record(fetched)
-                try await write(.synced(seq: delivered), to: outbound)
-            }
-            for message in pending.onlineOnly {
-                try await write(.message(seq: nil, message: WireMessage(message)), to: outbound)
+                try await deliver(entry, to: outbox, outbound)
+                delivered = entry.seq
             }
         }
+        if pending.fromAcknowledged {
+            // The device asked to sync: everything after what it acknowledged comes again.
+            delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
+        }
+        var fetched = 0
+        if mustFetch {
+            (delivered, fetched) = try await fetch(after: delivered, to: outbox, outbound)
+        }
+        if pending.announceSynced {
+            messages.metrics.syncCatchUp.record(fetched)
+            try await write(.synced(seq: delivered), to: outbound)
+        }
+        for message in pending.onlineOnly {
+            try await write(.message(seq: nil, message: WireMessage(message)), to: outbound)
+        }
+        return delivered
     }
 
     /// Sends everything the store holds after `seq`; returns the last sequence number sent and how many messages were
