@@ -203,7 +203,9 @@ public actor BeaconClient {
             // by the time `logout` returns.
             stopReconnecting = true
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await task?.value }
+                // Waiting for another task's end cannot be cancelled: when the 5 s pass first, the connection itself is
+                // cancelled, so that this child (and the group, which waits for it) ends too.
+                group.addTask { await withTaskCancellationHandler { await task?.value } onCancel: { task?.cancel() } }
                 group.addTask { try? await Task.sleep(for: .seconds(5)) }
                 try? await outbound.writeTextMessage(Self.encode(.logout))
                 await group.next()

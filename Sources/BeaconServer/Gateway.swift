@@ -25,6 +25,8 @@ struct DeviceSession {
     let logger: Logger
 
     static let maxFrameBytes = 64 * 1024
+    /// How long the end of a session (going offline, cursors, pushes decided again) may take before the session ends anyway.
+    static let cleanUpTimeout: Duration = .seconds(10)
     static let fetchPage = 256
 
     var store: any BeaconStore { messages.store }
@@ -57,7 +59,14 @@ struct DeviceSession {
             result = .failure(error)
         }
         outbox.finish()
-        await wentAway(outbox)
+        do {
+            // Bounded: a store that stopped answering must not hold the session (and a graceful shutdown) for good. What
+            // is cut short is cancelled: cursors not written stay pending for the next flush, and pushes not decided
+            // again are decided at the next start (`PushRouter.redecideOfflineSkips`).
+            try await withTimeout(Self.cleanUpTimeout) { await wentAway(outbox) }
+        } catch {
+            logger.error("the end of a device session did not finish in time", metadata: ["error": "\(error)"])
+        }
         try result.get()
     }
 
