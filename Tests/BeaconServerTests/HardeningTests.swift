@@ -124,11 +124,12 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.createUsers("alice", "bob", "carol")
             try await beacon.uploadP8()
             // Three devices, one message, one claim: a job per device. The APNs client's two connections allow one
-            // stream each until their first answer (2.5 s away), so the third job waits for a stream.
+            // stream each until their first answer (6 s away: time for the rebind below even on a loaded machine, where
+            // 2.5 s once did not suffice; under the client's 10 s answer timeout), so the third job waits for a stream.
             let tokens = [phone, String(repeating: "cd", count: 32), String(repeating: "ef", count: 32)]
             for (index, token) in tokens.enumerated() { _ = try await beacon.bind("bob", device: "device\(index)", token: token) }
             var faults = SimulatorFaults()
-            faults.delayMilliseconds = 2500
+            faults.delayMilliseconds = 6000
             simulator.setFaults(faults)
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob"]])
             while simulator.deliveries().count < 2 { try await Task.sleep(for: .milliseconds(10)) }
