@@ -106,10 +106,9 @@ struct RequestValidator {
         if let timestamp = lookup.0 { return reject(.unregistered, timestamp: timestamp) }
 
         let apnsID = apnsIDHeader ?? UUID().uuidString.lowercased()
-        let payload = (try? JSONDecoder().decode(JSONPayload.self, from: Data(body))) ?? .string(String(decoding: body, as: UTF8.self))
         let delivery = SimulatedDelivery(
             deviceToken: token, topic: topic, pushType: pushType.rawValue, priority: priority, expiration: expiration, collapseID: collapseID,
-            apnsID: apnsID, payload: payload, receivedAt: Int64(now.timeIntervalSince1970 * 1000))
+            apnsID: apnsID, body: body, receivedAt: Int64(now.timeIntervalSince1970 * 1000))
         return (.accepted(apnsID: apnsID), delivery)
     }
 

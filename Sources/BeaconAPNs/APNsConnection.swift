@@ -20,18 +20,18 @@ final class APNsConnection: Sendable {
     }
 
     private let channel: any Channel
-    private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+    private let streams: NIOLoopBound<StreamsHandler>
     private let authority: String
     private let signingKey: APNsSigningKey?
     private let settings: Settings
     let state: ConnectionState
 
     private init(
-        channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, authority: String, signingKey: APNsSigningKey?,
+        channel: any Channel, streams: NIOLoopBound<StreamsHandler>, authority: String, signingKey: APNsSigningKey?,
         settings: Settings, state: ConnectionState
     ) {
         self.channel = channel
-        self.multiplexer = multiplexer
+        self.streams = streams
         self.authority = authority
         self.signingKey = signingKey
         self.settings = settings
@@ -54,22 +54,25 @@ final class APNsConnection: Sendable {
         let context = try NIOSSLContext(configuration: tls)
         let state = ConnectionState()
         let isAddress = (try? SocketAddress(ipAddress: endpoint.host, port: 0)) != nil
-        let (channel, multiplexer) = try await ClientBootstrap(group: group)
+        let (channel, streams) = try await ClientBootstrap(group: group)
             .connectTimeout(.seconds(10))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : endpoint.host))
-                    let multiplexer = try sync.configureHTTP2Pipeline(
-                        mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
-                    ) { $0.eventLoop.makeSucceededVoidFuture() }
-                    try sync.addHandler(ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval, pingTimeout: settings.pingTimeout))
-                    return (channel, multiplexer)
+                    let streams = StreamsHandler(connection: state)
+                    try sync.addHandlers([
+                        NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : endpoint.host),
+                        FlushCoalescingHandler(),
+                        NIOHTTP2Handler(mode: .client),
+                        ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval, pingTimeout: settings.pingTimeout),
+                        streams,
+                    ])
+                    return (channel, NIOLoopBound(streams, eventLoop: channel.eventLoop))
                 }
             }
         return APNsConnection(
-            channel: channel, multiplexer: multiplexer, authority: endpoint.host, signingKey: signingKey, settings: settings, state: state)
+            channel: channel, streams: streams, authority: endpoint.host, signingKey: signingKey, settings: settings, state: state)
     }
 
     /// Sends one notification on its own stream, once its turn for a stream slot comes (within `waitTimeout`).
@@ -100,18 +103,11 @@ final class APNsConnection: Sendable {
         if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
         if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
         if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
-        // One hop to the event loop: the stream is created, and its handler writes the request once it is active.
+        // One hop to the event loop, where the request is written on a new stream.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
-        let request = (headers, ByteBuffer(bytes: notification.payload))
-        let created = channel.eventLoop.makePromise(of: (any Channel).self)
-        created.futureResult.whenFailure { error in response.fail(APNsFailure.connectionLost("could not open a stream: \(error)")) }
-        let state = self.state
-        multiplexer.createStreamChannel(promise: created) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(
-                    StreamResponseHandler(request: request, response: response, timeout: timeout, connection: state))
-            }
-        }
+        let request = StreamsHandler.Request(headers: headers, body: ByteBuffer(bytes: notification.payload), timeout: timeout, response: response)
+        let streams = self.streams
+        channel.eventLoop.execute { streams.value.open(request) }
         let answer: StreamResponse
         do {
             answer = try await response.futureResult.get()
@@ -408,8 +404,9 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A stream opened after APNs' GOAWAY concerns that stream alone: the ones APNs took still get their answers.
-        if error is NIOHTTP2Errors.CreatedStreamAfterGoaway {
+        // A stream opened after APNs' GOAWAY, or one stream's protocol error, concerns that stream alone: the others still
+        // get their answers.
+        if error is NIOHTTP2Errors.CreatedStreamAfterGoaway || error is NIOHTTP2Errors.StreamError {
             context.fireErrorCaught(error)
             return
         }
@@ -419,100 +416,197 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
 }
 
 /// A response as read from one stream.
+/// Makes the flushes of one event-loop turn one flush. HTTP/2 flushes the connection for every stream it opens, and each
+/// flush is a TLS flush and a `write` system call; under load, the streams opened in one turn leave in one write.
+/// (Between TLS and HTTP/2: what is written in the meantime waits at most until the tasks queued before it have run.)
+final class FlushCoalescingHandler: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    // Touched only on the connection's event loop.
+    private var flushQueued = false
+
+    func flush(context: ChannelHandlerContext) {
+        guard !flushQueued else { return }
+        flushQueued = true
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = loopBound.value
+            handler.flushQueued = false
+            context.flush()
+        }
+    }
+}
+
 struct StreamResponse: Sendable {
     var status: Int
     var headers: HPACKHeaders
     var body: ByteBuffer
 }
 
-/// Reads one response on a request stream into a promise; fails it on reset, closure or timeout.
-/// (A plain handler rather than `NIOAsyncChannel`: one promise per notification keeps the client's CPU per push low.)
-final class StreamResponseHandler: ChannelDuplexHandler, @unchecked Sendable {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
+/// The connection's request streams, driven as HTTP/2 frames on the connection itself: a request is a HEADERS and a
+/// DATA frame on a new stream id, its answer the frames that come back on that id. (NIOHTTP2's multiplexer makes a child
+/// channel with its own pipeline for every stream: half of the client's CPU per notification in `perf`.)
+///
+/// Each open stream ends exactly once: answered, reset, closed by the peer or the connection, or timed out (then reset).
+/// Answers' DATA is handed back to the connection's flow-control window as it is read.
+final class StreamsHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
 
-    private let request: (headers: HPACKHeaders, body: ByteBuffer)
-    private let response: EventLoopPromise<StreamResponse>
-    private let timeout: Duration
-    private let connection: ConnectionState
-    // Touched only on the stream's event loop.
-    private var status: Int?
-    private var headers = HPACKHeaders()
-    private var body = ByteBuffer()
-    private var timer: Scheduled<Void>?
-    private var done = false
+    struct Request {
+        var headers: HPACKHeaders
+        var body: ByteBuffer
+        var timeout: Duration
+        var response: EventLoopPromise<StreamResponse>
+    }
 
-    init(request: (HPACKHeaders, ByteBuffer), response: EventLoopPromise<StreamResponse>, timeout: Duration, connection: ConnectionState) {
-        self.request = request
-        self.response = response
-        self.timeout = timeout
+    private struct OpenStream {
+        var response: EventLoopPromise<StreamResponse>
+        var deadline: NIODeadline
+        var status: Int?
+        var headers = HPACKHeaders()
+        var body = ByteBuffer()
+    }
+
+    /// How often open streams are checked against their deadline.
+    static let sweepInterval = TimeAmount.milliseconds(50)
+    /// The connection-level window this side keeps open for answers (HTTP/2's initial 65,535 bytes).
+    static let connectionWindow = 65_535
+
+    let connection: ConnectionState
+    // Touched only on the connection's event loop.
+    private var context: ChannelHandlerContext?
+    private var streams: [HTTP2StreamID: OpenStream] = [:]
+    private var nextStreamID: Int32 = 1
+    private var sweep: RepeatedTask?
+
+    init(connection: ConnectionState) {
         self.connection = connection
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) {
-            let (handler, context) = loopBound.value
-            handler.finish(.failure(APNsFailure.timeout))
-            context.close(promise: nil)
+        self.context = context
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        sweep = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.sweepInterval, delay: Self.sweepInterval) { _ in
+            loopBound.value.expireOverdue()
         }
     }
 
-    func channelActive(context: ChannelHandlerContext) {
-        // The stream took its slot before the connection read a GOAWAY that arrived meanwhile (the event loop handles I/O
-        // before queued tasks, so under load this is the usual order): HEADERS now would be a stream created after GOAWAY,
-        // a connection error in swift-nio-http2. Nothing was sent, so it fails as unprocessed (safe to send elsewhere).
+    func handlerRemoved(context: ChannelHandlerContext) {
+        sweep?.cancel()
+        sweep = nil
+        failAll("stream closed without an answer")
+        self.context = nil
+    }
+
+    /// Writes `request` on a new stream; its answer or failure completes `request.response`.
+    func open(_ request: Request) {
+        // A GOAWAY read before this turn came (the event loop handles I/O before queued tasks, so under load this is the
+        // usual order): a stream now would be created after GOAWAY, a connection error in swift-nio-http2. Nothing was
+        // sent, so it fails as unprocessed (safe to send elsewhere).
         if let reason = connection.goAwayReason ?? connection.closedReason {
-            finish(.failure(APNsFailure.connectionLost("GOAWAY: \(reason) (not sent)")))
-            context.close(promise: nil)
-            return
+            return request.response.fail(APNsFailure.connectionLost("GOAWAY: \(reason) (not sent)"))
         }
-        context.write(wrapOutboundOut(.headers(.init(headers: request.headers))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(request.body), endStream: true))), promise: nil)
-        context.fireChannelActive()
+        guard let context, context.channel.isActive else {
+            return request.response.fail(APNsFailure.connectionLost("connection closed (not sent)"))
+        }
+        let id = HTTP2StreamID(nextStreamID)
+        let (next, overflow) = nextStreamID.addingReportingOverflow(2)
+        if overflow {
+            // 2^30 streams on one connection: it takes no more, and the next send opens another connection.
+            connection.markGoingAway(reason: "stream ids used up")
+        } else {
+            nextStreamID = next
+        }
+        streams[id] = OpenStream(response: request.response, deadline: .now() + .nanoseconds(request.timeout.nanoseconds))
+        let headersWritten = context.eventLoop.makePromise(of: Void.self)
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        headersWritten.futureResult.whenFailure { error in
+            loopBound.value.finish(id, .failure(APNsFailure.connectionLost("\(error) (not sent)")))
+        }
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: request.headers)))), promise: headersWritten)
+        context.writeAndFlush(
+            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))), promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        let frame = unwrapInboundIn(data)
+        let id = frame.streamID
+        guard streams[id] != nil else { return }  // the connection's own frames, or a stream already ended
+        switch frame.payload {
         case .headers(let block):
-            if status == nil {
-                headers = block.headers
-                status = block.headers.first(name: ":status").flatMap { Int($0) }
+            if streams[id]?.status == nil {
+                streams[id]?.headers = block.headers
+                streams[id]?.status = block.headers.first(name: ":status").flatMap { Int($0) }
             }
-            if block.endStream { complete() }
+            if block.endStream { complete(id) }
         case .data(let frame):
-            if case .byteBuffer(var buffer) = frame.data { body.writeBuffer(&buffer) }
-            if frame.endStream { complete() }
+            if case .byteBuffer(var buffer) = frame.data { streams[id]?.body.writeBuffer(&buffer) }
+            if frame.endStream { complete(id) }
         case .rstStream(let code):
-            finish(.failure(APNsFailure.connectionLost("stream reset: \(code)")))
+            finish(id, .failure(APNsFailure.connectionLost("stream reset: \(code)")))
         default:
             break
         }
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let closed = event as? StreamClosedEvent {
+            // After the frames that ended it: a stream still open here ended without an answer (a GOAWAY that did not
+            // take it, a reset).
+            let why = closed.reason.map { "stream reset: \($0)" } ?? "stream closed without an answer"
+            finish(closed.streamID, .failure(APNsFailure.connectionLost(why)))
+        } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream, let inbound = window.inboundWindowSize,
+            inbound <= Self.connectionWindow / 2
+        {
+            // Answers' bodies were read: the window they used is open again.
+            context.writeAndFlush(
+                wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - inbound))),
+                promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
-        finish(.failure(APNsFailure.connectionLost("stream closed without an answer")))
+        failAll("stream closed without an answer")
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        finish(.failure(APNsFailure.connectionLost("\(error)")))
-        context.close(promise: nil)
-    }
-
-    private func complete() {
-        guard let status else {
-            finish(.failure(APNsFailure.connectionLost("response without :status")))
-            return
+        // Errors of the whole connection close it (`ConnectionEventsHandler`); one stream's error ends that stream.
+        if let streamError = error as? NIOHTTP2Errors.StreamError {
+            finish(streamError.streamID, .failure(APNsFailure.connectionLost("\(streamError.baseError)")))
         }
-        finish(.success(StreamResponse(status: status, headers: headers, body: body)))
+        context.fireErrorCaught(error)
     }
 
-    private func finish(_ result: Result<StreamResponse, any Error>) {
-        guard !done else { return }
-        done = true
-        timer?.cancel()
-        response.completeWith(result)
+    private func complete(_ id: HTTP2StreamID) {
+        guard let stream = streams[id] else { return }
+        guard let status = stream.status else {
+            return finish(id, .failure(APNsFailure.connectionLost("response without :status")))
+        }
+        finish(id, .success(StreamResponse(status: status, headers: stream.headers, body: stream.body)))
+    }
+
+    private func finish(_ id: HTTP2StreamID, _ result: Result<StreamResponse, any Error>) {
+        guard let stream = streams.removeValue(forKey: id) else { return }
+        stream.response.completeWith(result)
+    }
+
+    /// Streams past their deadline fail with `.timeout` and are reset, so that a late answer is not waited for.
+    private func expireOverdue() {
+        let now = NIODeadline.now()
+        let overdue = streams.compactMap { $0.value.deadline <= now ? $0.key : nil }
+        guard !overdue.isEmpty else { return }
+        for id in overdue {
+            finish(id, .failure(APNsFailure.timeout))
+            context?.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.cancel))), promise: nil)
+        }
+        context?.flush()
+    }
+
+    private func failAll(_ reason: String) {
+        let open = streams
+        streams = [:]
+        for stream in open.values { stream.response.fail(APNsFailure.connectionLost(reason)) }
     }
 }

@@ -67,7 +67,7 @@ public struct APNsNotification: Sendable, Hashable {
 
     public init(
         deviceToken: String, topic: String, pushType: APNsPushType = .alert, priority: Int? = nil, expiration: Int64? = nil,
-        collapseID: String? = nil, apnsID: UUID = UUID(), payload: [UInt8]
+        collapseID: String? = nil, apnsID: UUID = .random(), payload: [UInt8]
     ) {
         self.deviceToken = deviceToken
         self.topic = topic

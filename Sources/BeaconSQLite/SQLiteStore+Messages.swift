@@ -67,10 +67,12 @@ extension SQLiteStore {
                     WHERE i.app_id = ? AND i.username = ? AND i.seq > ? ORDER BY i.seq LIMIT ?
                     """,
                 arguments: [app, username, seq, max(limit, 0)])
+            guard let first = rows.first else { return [] }
+            let columns = Columns(of: first)
             return try rows.map { row in
                 InboxEntry(
-                    username: username, seq: try row.decode(forColumn: "seq"), message: try Self.message(from: row),
-                    originDevice: try row.decode(forColumn: "origin_device"))
+                    username: username, seq: try columns.decode("seq", in: row), message: try Self.message(from: row, columns),
+                    originDevice: try columns.decode("origin_device", in: row))
             }
         }
     }

@@ -30,7 +30,7 @@ extension SQLiteStore {
                     orphans.append((app, routeMessage))
                     continue
                 }
-                let message = try Self.message(from: row)
+                let message = try Self.message(from: row, Columns(of: row))
                 let names = try String.fetchAll(recipients, arguments: [app, id, message.from])
                 routes.append(PendingRoute(app: app, message: message, recipients: names))
             }
@@ -128,7 +128,7 @@ extension SQLiteStore {
             let load = try db.cachedStatement(sql: "SELECT * FROM messages WHERE app_id = ? AND id = ?")
             return try order.compactMap { id in
                 guard let row = try Row.fetchOne(load, arguments: [app, id]) else { return nil }
-                return OnlineSkip(message: try Self.message(from: row), devices: devices[id] ?? [])
+                return OnlineSkip(message: try Self.message(from: row, Columns(of: row)), devices: devices[id] ?? [])
             }
         }
     }
@@ -196,16 +196,17 @@ extension SQLiteStore {
                             AND (CASE WHEN push_jobs.push_type = 'voip' THEN b.voip_token ELSE b.device_token END) = push_jobs.device_token)
                     """,
                 arguments: [now, now, now])
-            return try Row.fetchAll(
-                db,
-                sql: """
-                    UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1, claim_token = ? WHERE id IN (
-                        SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
-                        ORDER BY next_attempt_at, id LIMIT ?)
-                    RETURNING *
-                    """,
-                arguments: [now + lease, token, now, now, max(limit, 0)]
-            ).map(Self.pushJob(from:)).sorted { $0.id < $1.id }
+            return try Self.pushJobs(
+                from: Row.fetchAll(
+                    db,
+                    sql: """
+                        UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1, claim_token = ? WHERE id IN (
+                            SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
+                            ORDER BY next_attempt_at, id LIMIT ?)
+                        RETURNING *
+                        """,
+                    arguments: [now + lease, token, now, now, max(limit, 0)])
+            ).sorted { $0.id < $1.id }
         }
     }
 
@@ -256,8 +257,8 @@ extension SQLiteStore {
                     filter.updatedSince, filter.updatedSince, max(limit, 0),
                 ])
             let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
-            return try rows.map { row in
-                var job = try Self.pushJob(from: row)
+            return try Self.pushJobs(from: rows).map { job in
+                var job = job
                 job.history = try Row.fetchAll(history, arguments: [job.id]).map { attempt in
                     PushAttempt(
                         at: try attempt.decode(forColumn: "at"), httpStatus: try attempt.decode(forColumn: "http_status"),
@@ -276,20 +277,21 @@ extension SQLiteStore {
     }
 
     /// Rows are decoded with errors, not GRDB's trapping subscripts: a damaged stored job fails the read, not the server.
-    static func pushJob(from row: Row) throws -> PushJob {
-        PushJob(
-            id: try row.decode(forColumn: "id"), appID: try row.decode(forColumn: "app_id"),
-            messageID: UInt64(bitPattern: try row.decode(Int64.self, forColumn: "message_id")),
-            job: NewPushJob(
-                username: try row.decode(forColumn: "username"), deviceID: try row.decode(forColumn: "device_id"),
-                notifier: try row.decode(forColumn: "notifier"), deviceToken: try row.decode(forColumn: "device_token"),
-                topic: try row.decode(forColumn: "topic"), pushType: try row.decode(forColumn: "push_type"),
-                priority: try row.decode(forColumn: "priority"), expiration: try row.decode(forColumn: "expiration"),
-                collapseID: try row.decode(forColumn: "collapse_id"), apnsID: try row.decode(forColumn: "apns_id"),
-                payload: try row.decode(forColumn: "payload")),
-            status: PushJobStatus(rawValue: try row.decode(forColumn: "status")) ?? .pending, attempts: try row.decode(forColumn: "attempts"),
-            lastStatus: try row.decode(forColumn: "last_status"), lastReason: try row.decode(forColumn: "last_reason"),
-            createdAt: try row.decode(forColumn: "created_at"), updatedAt: try row.decode(forColumn: "updated_at"),
-            nextAttemptAt: try row.decode(forColumn: "next_attempt_at"), claimToken: try row.decode(forColumn: "claim_token"))
+    static func pushJobs(from rows: [Row]) throws -> [PushJob] {
+        guard let first = rows.first else { return [] }
+        let columns = Columns(of: first)
+        return try rows.map { row in
+            func column<Value: DatabaseValueConvertible>(_ name: String) throws -> Value { try columns.decode(name, in: row) }
+            return PushJob(
+                id: try column("id"), appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
+                job: NewPushJob(
+                    username: try column("username"), deviceID: try column("device_id"), notifier: try column("notifier"),
+                    deviceToken: try column("device_token"), topic: try column("topic"), pushType: try column("push_type"),
+                    priority: try column("priority"), expiration: try column("expiration"), collapseID: try column("collapse_id"),
+                    apnsID: try column("apns_id"), payload: try column("payload")),
+                status: PushJobStatus(rawValue: try column("status")) ?? .pending, attempts: try column("attempts"),
+                lastStatus: try column("last_status"), lastReason: try column("last_reason"), createdAt: try column("created_at"),
+                updatedAt: try column("updated_at"), nextAttemptAt: try column("next_attempt_at"), claimToken: try column("claim_token"))
+        }
     }
 }

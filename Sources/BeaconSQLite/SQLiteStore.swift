@@ -525,11 +525,12 @@ public final class SQLiteStore: BeaconStore {
 
     // MARK: Helpers
 
-    static func message(from row: Row) throws -> Message {
+    static func message(from row: Row, _ columns: Columns) throws -> Message {
         try StoredForm.message(
-            id: try row.decode(forColumn: "id"), sender: try row.decode(forColumn: "sender"), recipient: try row.decode(forColumn: "recipient"),
-            chatType: try row.decode(forColumn: "chat_type"), type: try row.decode(forColumn: "type"), body: try row.decode(forColumn: "body"),
-            ext: try row.decode(forColumn: "ext"), timestamp: try row.decode(forColumn: "timestamp"))
+            id: try columns.decode("id", in: row), sender: try columns.decode("sender", in: row),
+            recipient: try columns.decode("recipient", in: row), chatType: try columns.decode("chat_type", in: row),
+            type: try columns.decode("type", in: row), body: try columns.decode("body", in: row), ext: try columns.decode("ext", in: row),
+            timestamp: try columns.decode("timestamp", in: row))
     }
 
     static func mapConstraint<T>(_ description: String, _ body: () throws -> T) throws -> T {

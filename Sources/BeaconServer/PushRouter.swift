@@ -238,7 +238,7 @@ final class PushRouter: Service, Sendable {
             topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
             pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: now / 1000 + Self.expirationSeconds,
             // A duplicate after a crash replaces the first notification instead of adding a second one.
-            collapseID: payload?.collapseID ?? String(context.message.id), apnsID: UUID().uuidString.lowercased(),
+            collapseID: payload?.collapseID ?? String(context.message.id), apnsID: UUID.random().uuidString.lowercased(),
             payload: skipReason == nil ? payload?.withoutBadge ?? "" : "", badgeOffset: skipReason == nil ? payload?.badgeOffset : nil,
             skipReason: skipReason)
     }

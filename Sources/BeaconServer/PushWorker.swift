@@ -159,7 +159,7 @@ final class PushWorker: Service, Sendable {
         let notification = APNsNotification(
             deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(rawValue: job.job.pushType) ?? .alert,
             priority: job.job.priority, expiration: job.job.expiration, collapseID: job.job.collapseID,
-            apnsID: UUID(uuidString: job.job.apnsID) ?? UUID(), payload: Array(job.job.payload.utf8))
+            apnsID: UUID(uuidString: job.job.apnsID) ?? .random(), payload: Array(job.job.payload.utf8))
         // The claim checked the binding; a send that then waited (APNs slow or unreachable) checks it again, so that a
         // token unbound or moved to another user meanwhile is not pushed to.
         let claimedAt = ContinuousClock.now

@@ -74,7 +74,7 @@ struct ReadService: Sendable {
             return NewPushJob(
                 username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
                 topic: config.bundleID, pushType: APNsPushType.background.rawValue, priority: 5,
-                expiration: now / 1000 + Self.withdrawalExpirationSeconds, collapseID: nil, apnsID: UUID().uuidString.lowercased(),
+                expiration: now / 1000 + Self.withdrawalExpirationSeconds, collapseID: nil, apnsID: UUID.random().uuidString.lowercased(),
                 payload: payload)
         }
         guard !jobs.isEmpty else { return }

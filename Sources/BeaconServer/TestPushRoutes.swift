@@ -73,7 +73,7 @@ struct TestPushRoutes {
                 NewPushJob(
                     username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
                     topic: config?.bundleID ?? "", pushType: APNsPushType.alert.rawValue, priority: 10,
-                    expiration: now / 1000 + PushRouter.expirationSeconds, collapseID: nil, apnsID: UUID().uuidString.lowercased(),
+                    expiration: now / 1000 + PushRouter.expirationSeconds, collapseID: nil, apnsID: UUID.random().uuidString.lowercased(),
                     payload: config == nil ? "" : payload, skipReason: config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil))
         }
         _ = try await api.store.recordRoute(PushRoute(messageID: id, replacing: .nothing, jobs: jobs, now: now), app: app.id)

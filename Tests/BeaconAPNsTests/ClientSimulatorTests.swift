@@ -47,6 +47,27 @@ import Testing
         }
     }
 
+    /// Rejections carry a JSON body: 2,000 of them (~77 KB) are more than HTTP/2's first connection window (64 KiB),
+    /// so they all arrive only if the client opens the window again as it reads them (without: 1,699 arrived).
+    @Test func answersWithBodiesKeepArrivingPastTheConnectionWindow() async throws {
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(5))) { simulator, client, _ in
+            simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)
+            let rejected = try await withThrowingTaskGroup(of: Int.self) { group in
+                for sender in 0..<100 {
+                    group.addTask {
+                        var count = 0
+                        for index in stride(from: sender, to: 2000, by: 100) {
+                            if await rejection(client, alert("\(index)", token: "cafe")) == Rejection(410, .unregistered) { count += 1 }
+                        }
+                        return count
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            #expect(rejected == 2000)
+        }
+    }
+
     @Test func appleRejectionsAreTypedWithTheirStatus() async throws {
         try await withSimulator { simulator, client, _ in
             simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)

@@ -94,3 +94,17 @@ import Testing
         #expect(APNsReason("SomethingNew").description == "SomethingNew")
     }
 }
+
+@Suite struct RandomUUIDTests {
+    @Test func randomUUIDsAreVersion4AndDistinct() {
+        let ids = (0..<10_000).map { _ in UUID.random() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids {
+            let text = id.uuidString.lowercased()
+            let characters = Array(text)
+            #expect(characters[14] == "4", "\(text)")  // version
+            #expect("89ab".contains(characters[19]), "\(text)")  // variant
+            #expect(UUID(uuidString: text) == id)
+        }
+    }
+}

@@ -72,7 +72,12 @@ private let phone = String(repeating: "ef", count: 32)
             _ = try await beacon.pushOutcomes.attempts(2)
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "unbound"]])
             _ = try await beacon.deliveries(of: "bob") { $0.count == 3 }
-            let after = try await Self.metrics(beacon)
+            // The logout's connection ends on the server after the answer: its count comes shortly (at most 10 s here).
+            var after = try await Self.metrics(beacon)
+            for _ in 0..<100 where !after.contains("beacon_websocket_disconnects_total 1") {
+                try await Task.sleep(for: .milliseconds(100))
+                after = try await Self.metrics(beacon)
+            }
             #expect(after.contains(#"beacon_apns_requests_total{status="410",reason="Unregistered"} 1"#))
             #expect(after.contains("beacon_push_bindings_removed_total 1"))
             #expect(after.contains(#"beacon_push_decisions_total{outcome="skipped",reason="no_binding",decision="initial"} 1"#))
