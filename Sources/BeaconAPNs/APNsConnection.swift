@@ -64,7 +64,7 @@ final class APNsConnection: Sendable {
                     try sync.addHandlers([
                         NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : endpoint.host),
                         FlushCoalescingHandler(),
-                        NIOHTTP2Handler(mode: .client),
+                        NIOHTTP2Handler(mode: .client, connectionConfiguration: StreamsHandler.http2Configuration),
                         ConnectionEventsHandler(state: state, pingInterval: settings.pingInterval, pingTimeout: settings.pingTimeout),
                         streams,
                     ])
@@ -103,6 +103,9 @@ final class APNsConnection: Sendable {
         if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
         if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
         if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
+        if let name = Self.unwritableHeader(in: headers) {
+            throw APNsFailure.invalidRequest("\(name) holds a character HTTP/2 does not allow there")
+        }
         // One hop to the event loop, where the request is written on a new stream.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
         let request = StreamsHandler.Request(headers: headers, body: ByteBuffer(bytes: notification.payload), timeout: timeout, response: response)
@@ -128,6 +131,15 @@ final class APNsConnection: Sendable {
         }
         let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(answer.body.readableBytesView))
         throw APNsFailure.rejected(status: answer.status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
+    }
+
+    /// The first header NIOHTTP2 would refuse to write (RFC 9113 § 8.2.1: no control characters or spaces in a
+    /// pseudo-header, no NUL, CR or LF in any value). Refused here, before a stream is taken: NIOHTTP2 keeps the slot of a
+    /// stream whose headers it refused, and enough of them would end the connection.
+    static func unwritableHeader(in headers: HPACKHeaders) -> String? {
+        headers.first { name, value, _ in
+            name.hasPrefix(":") ? value.utf8.contains { $0 <= 0x20 || $0 == 0x7F } : value.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D }
+        }?.name
     }
 
     /// Why a stream ended without an answer. A GOAWAY closes streams and is reported to `ConnectionEventsHandler`
@@ -415,7 +427,6 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 }
 
-/// A response as read from one stream.
 /// Makes the flushes of one event-loop turn one flush. HTTP/2 flushes the connection for every stream it opens, and each
 /// flush is a TLS flush and a `write` system call; under load, the streams opened in one turn leave in one write.
 /// (Between TLS and HTTP/2: what is written in the meantime waits at most until the tasks queued before it have run.)
@@ -434,8 +445,18 @@ final class FlushCoalescingHandler: ChannelOutboundHandler {
             context.flush()
         }
     }
+
+    /// What waits for the turn's flush leaves before the close (an HTTP/2 GOAWAY written just before it, say).
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if flushQueued {
+            flushQueued = false
+            context.flush()
+        }
+        context.close(mode: mode, promise: promise)
+    }
 }
 
+/// A response as read from one stream.
 struct StreamResponse: Sendable {
     var status: Int
     var headers: HPACKHeaders
@@ -446,8 +467,10 @@ struct StreamResponse: Sendable {
 /// DATA frame on a new stream id, its answer the frames that come back on that id. (NIOHTTP2's multiplexer makes a child
 /// channel with its own pipeline for every stream: half of the client's CPU per notification in `perf`.)
 ///
-/// Each open stream ends exactly once: answered, reset, closed by the peer or the connection, or timed out (then reset).
-/// Answers' DATA is handed back to the connection's flow-control window as it is read.
+/// Each open stream ends exactly once: answered, reset, closed by the peer or the connection, timed out (then reset), or
+/// refused before it was written. Answers' DATA is handed back to the connection's flow-control window as it is read; a
+/// stream's own window (64 KiB) is not refilled: APNs answers are a few hundred bytes, and a larger one waits for the
+/// stream's timeout.
 final class StreamsHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
@@ -472,12 +495,22 @@ final class StreamsHandler: ChannelInboundHandler {
     /// The connection-level window this side keeps open for answers (HTTP/2's initial 65,535 bytes).
     static let connectionWindow = 65_535
 
+    /// NIOHTTP2 remembers this many streams this side reset, and takes a late answer on one of them for a protocol
+    /// error that closes the connection: a burst of timeouts (each reset) can be as large as the streams in flight.
+    static var http2Configuration: NIOHTTP2Handler.ConnectionConfiguration {
+        var configuration = NIOHTTP2Handler.ConnectionConfiguration()
+        configuration.maximumRecentlyResetStreams = 4096
+        return configuration
+    }
+
     let connection: ConnectionState
     // Touched only on the connection's event loop.
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: OpenStream] = [:]
     private var nextStreamID: Int32 = 1
     private var sweep: RepeatedTask?
+    /// Connection window granted in WINDOW_UPDATE frames NIOHTTP2 has not written yet (its window counts them once written).
+    private var windowGrantedAhead = 0
 
     init(connection: ConnectionState) {
         self.connection = connection
@@ -503,8 +536,11 @@ final class StreamsHandler: ChannelInboundHandler {
         // A GOAWAY read before this turn came (the event loop handles I/O before queued tasks, so under load this is the
         // usual order): a stream now would be created after GOAWAY, a connection error in swift-nio-http2. Nothing was
         // sent, so it fails as unprocessed (safe to send elsewhere).
-        if let reason = connection.goAwayReason ?? connection.closedReason {
+        if let reason = connection.goAwayReason {
             return request.response.fail(APNsFailure.connectionLost("GOAWAY: \(reason) (not sent)"))
+        }
+        if let reason = connection.closedReason {
+            return request.response.fail(APNsFailure.connectionLost("\(reason) (not sent)"))
         }
         guard let context, context.channel.isActive else {
             return request.response.fail(APNsFailure.connectionLost("connection closed (not sent)"))
@@ -556,12 +592,17 @@ final class StreamsHandler: ChannelInboundHandler {
             let why = closed.reason.map { "stream reset: \($0)" } ?? "stream closed without an answer"
             finish(closed.streamID, .failure(APNsFailure.connectionLost(why)))
         } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream, let inbound = window.inboundWindowSize,
-            inbound <= Self.connectionWindow / 2
+            inbound + windowGrantedAhead <= Self.connectionWindow / 2
         {
-            // Answers' bodies were read: the window they used is open again.
+            // Answers' bodies were read: the window they used is open again (once, however many DATA frames come before
+            // NIOHTTP2 writes the WINDOW_UPDATE).
+            let increment = Self.connectionWindow - inbound - windowGrantedAhead
+            windowGrantedAhead += increment
+            let written = context.eventLoop.makePromise(of: Void.self)
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            written.futureResult.whenComplete { _ in loopBound.value.windowGrantedAhead -= increment }
             context.writeAndFlush(
-                wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - inbound))),
-                promise: nil)
+                wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: written)
         }
         context.fireUserInboundEventTriggered(event)
     }

@@ -166,6 +166,8 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case connectFailed(String)
     /// The sender's last check, just before the request was written, said it was no longer wanted.
     case withdrawn
+    /// The notification cannot be written as it is (a header value HTTP/2 does not allow); never sent, never worth a retry.
+    case invalidRequest(String)
 
     public var description: String {
         switch self {
@@ -175,6 +177,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .connectionLost(let why): "connection lost: \(why)"
         case .connectFailed(let why): "could not connect: \(why)"
         case .withdrawn: "withdrawn by the sender before it was sent"
+        case .invalidRequest(let why): "cannot be sent: \(why)"
         }
     }
 
@@ -184,7 +187,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .rejected(let status, let reason, _, _):
             status == 429 || status >= 500 || reason == .idleTimeout
         case .timeout, .connectionLost, .connectFailed: true
-        case .withdrawn: false
+        case .withdrawn, .invalidRequest: false
         }
     }
 }

@@ -257,7 +257,11 @@ public enum PayloadBuilder {
 
         let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit
-        let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap { $0.utf8.count <= 64 ? $0 : nil }
+        // APNs takes at most 64 bytes; a control character cannot go in an HTTP/2 header. Such a key is left out (the
+        // message id collapses instead), so the push still goes.
+        let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap {
+            $0.utf8.count <= 64 && !$0.utf8.contains { $0 < 0x20 || $0 == 0x7F } ? $0 : nil
+        }
         let fitLimit = limit - (fixedBadge == nil ? badgeRoom : 0)
         let (fitted, json, shortened) = try fit(payload, limit: fitLimit)
         var badgeOffset: Int?

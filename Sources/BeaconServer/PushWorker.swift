@@ -174,11 +174,13 @@ final class PushWorker: Service, Sendable {
             metrics.apnsRequest(status: 200, reason: nil)
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
         } catch {
-            // A withdrawn send never went to APNs.
-            if case .rejected(let status, let reason, _, _) = error {
+            switch error {
+            case .rejected(let status, let reason, _, _):
                 metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
                 metrics.apnsRequest(status: status, reason: reason)
-            } else if !(error == .withdrawn) {
+            case .withdrawn, .invalidRequest:
+                break  // never went to APNs
+            default:
                 metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
                 metrics.apnsRequest(status: nil, reason: nil)
             }
@@ -186,6 +188,8 @@ final class PushWorker: Service, Sendable {
             case .withdrawn:
                 return PushAttemptOutcome(
                     jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")  // as the claim records it
+            case .invalidRequest:
+                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: error.description)
             case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
                 await removeDeadBinding(job, reason: reason, timestamp: timestamp)
                 return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)

@@ -68,6 +68,25 @@ import Testing
         }
     }
 
+    /// A header HTTP/2 cannot carry is refused before a stream is taken, as a failure not worth retrying; had it reached
+    /// NIOHTTP2, each would keep a stream slot, and with the server's limit at 2 the third would end the connection.
+    @Test func aHeaderHTTP2CannotCarryIsRefusedWithoutCostingTheConnection() async throws {
+        try await withSimulator(maxConcurrentStreams: 2, client: .init(connections: 1, requestTimeout: .seconds(10))) { simulator, client, _ in
+            _ = try await client.send(alert("first"))
+            for bad in [alert(collapseID: "a\nb"), alert(collapseID: "nul\u{0}"), alert(token: "ab cd"), alert(topic: "com.example\r")] {
+                do throws(APNsFailure) {
+                    _ = try await client.send(bad)
+                    Issue.record("sent \(bad)")
+                } catch {
+                    guard case .invalidRequest = error else { throw error }
+                    #expect(!error.isTransient)
+                }
+            }
+            _ = try await client.send(alert("last"))
+            #expect(simulator.deliveries().compactMap { alertBody($0.payload) } == ["first", "last"])
+        }
+    }
+
     @Test func appleRejectionsAreTypedWithTheirStatus() async throws {
         try await withSimulator { simulator, client, _ in
             simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)

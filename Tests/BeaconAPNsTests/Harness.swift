@@ -22,11 +22,12 @@ let deviceToken = String(repeating: "ab", count: 32)
 
 /// Runs `body` with a started simulator and a token-auth client trusting it.
 func withSimulator<T: Sendable>(
-    clock: MovableClock = MovableClock(), environment: APNsEnvironment = .development,
+    clock: MovableClock = MovableClock(), environment: APNsEnvironment = .development, maxConcurrentStreams: Int = 1000,
     client clientConfiguration: APNsClient.Configuration? = nil,
     _ body: @Sendable (APNsSimulator, APNsClient, APNsSigningKey) async throws -> T
 ) async throws -> T {
-    let simulator = try APNsSimulator(configuration: .init(environment: environment, clock: { clock.now }))
+    let simulator = try APNsSimulator(
+        configuration: .init(environment: environment, maxConcurrentStreams: maxConcurrentStreams, clock: { clock.now }))
     let key = APNsSigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())
     try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: key.privateKey.publicKey.pemRepresentation)
     return try await withThrowingTaskGroup(of: Void.self) { group in
