@@ -79,7 +79,8 @@ public final class APNsClient: Sendable {
         ) { _ in limiter.expireOverdue() }
     }
 
-    /// Sends one notification. Throws `APNsFailure`: `.rejected` with APNs' status and reason, or a transport failure
+    /// Sends one notification. Throws `APNsFailure`: `.invalidRequest` at once for a notification HTTP/2 cannot carry
+    /// (`APNsNotification.unwritableField`), `.rejected` with APNs' status and reason, or a transport failure
     /// (`.timeout` also when its turn did not come within `waitTimeout`). An `ExpiredProviderToken` answer makes a new
     /// token (one per connection, however many requests heard it) and retries once.
     ///
@@ -88,6 +89,7 @@ public final class APNsClient: Sendable {
     public func send(
         _ notification: APNsNotification, stillWanted: (@Sendable () async -> Bool)? = nil
     ) async throws(APNsFailure) -> APNsAccepted {
+        if let field = notification.unwritableField { throw .invalidRequest("\(field) holds a character HTTP/2 does not allow there") }
         do {
             try await limiter.waitForTurn(timeout: configuration.waitTimeout)
         } catch let failure as APNsFailure {

@@ -103,9 +103,6 @@ final class APNsConnection: Sendable {
         if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
         if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
         if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
-        if let name = Self.unwritableHeader(in: headers) {
-            throw APNsFailure.invalidRequest("\(name) holds a character HTTP/2 does not allow there")
-        }
         // One hop to the event loop, where the request is written on a new stream.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
         let request = StreamsHandler.Request(headers: headers, body: ByteBuffer(bytes: notification.payload), timeout: timeout, response: response)
@@ -131,15 +128,6 @@ final class APNsConnection: Sendable {
         }
         let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(answer.body.readableBytesView))
         throw APNsFailure.rejected(status: answer.status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
-    }
-
-    /// The first header NIOHTTP2 would refuse to write (RFC 9113 § 8.2.1: no control characters or spaces in a
-    /// pseudo-header, no NUL, CR or LF in any value). Refused here, before a stream is taken: NIOHTTP2 keeps the slot of a
-    /// stream whose headers it refused, and enough of them would end the connection.
-    static func unwritableHeader(in headers: HPACKHeaders) -> String? {
-        headers.first { name, value, _ in
-            name.hasPrefix(":") ? value.utf8.contains { $0 <= 0x20 || $0 == 0x7F } : value.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D }
-        }?.name
     }
 
     /// Why a stream ended without an answer. A GOAWAY closes streams and is reported to `ConnectionEventsHandler`
@@ -594,8 +582,9 @@ final class StreamsHandler: ChannelInboundHandler {
         } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream, let inbound = window.inboundWindowSize,
             inbound + windowGrantedAhead <= Self.connectionWindow / 2
         {
-            // Answers' bodies were read: the window they used is open again (once, however many DATA frames come before
-            // NIOHTTP2 writes the WINDOW_UPDATE).
+            // Answers' bodies were read: the window they used is open again — once, however many DATA frames come
+            // before the WINDOW_UPDATE is written (NIOHTTP2 counts it when it leaves its buffer, this until the write
+            // completes: counted twice in between, which can only delay the next grant).
             let increment = Self.connectionWindow - inbound - windowGrantedAhead
             windowGrantedAhead += increment
             let written = context.eventLoop.makePromise(of: Void.self)

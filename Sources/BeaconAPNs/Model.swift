@@ -78,6 +78,17 @@ public struct APNsNotification: Sendable, Hashable {
         self.apnsID = apnsID
         self.payload = payload
     }
+
+    /// The first field HTTP/2 cannot carry in its header (RFC 9113 § 8.2.1): the device token goes in `:path`, which
+    /// takes no spaces or control characters; the topic and collapse id take no NUL, CR or LF. NIOHTTP2 would refuse
+    /// such a request only after taking a stream slot it then keeps, and enough of them end the connection.
+    public var unwritableField: String? {
+        if deviceToken.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) { return "the device token" }
+        func forbidden(_ value: String) -> Bool { value.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D } }
+        if forbidden(topic) { return "the topic" }
+        if let collapseID, forbidden(collapseID) { return "the collapse id" }
+        return nil
+    }
 }
 
 /// APNs accepted the notification.

@@ -257,10 +257,11 @@ public enum PayloadBuilder {
 
         let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit
-        // APNs takes at most 64 bytes; a control character cannot go in an HTTP/2 header. Such a key is left out (the
-        // message id collapses instead), so the push still goes.
-        let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap {
-            $0.utf8.count <= 64 && !$0.utf8.contains { $0 < 0x20 || $0 == 0x7F } ? $0 : nil
+        // APNs takes at most 64 bytes; an HTTP/2 header value takes no control characters and no leading or trailing
+        // space. Such a key is left out (the message id collapses instead), so the push still goes.
+        let collapseID = apnsExt["em_push_collapse_key"]?.stringValue.flatMap { key in
+            let valid = key.utf8.count <= 64 && !key.utf8.contains { $0 < 0x20 || $0 == 0x7F } && key.first != " " && key.last != " "
+            return valid ? key : nil
         }
         let fitLimit = limit - (fixedBadge == nil ? badgeRoom : 0)
         let (fitted, json, shortened) = try fit(payload, limit: fitLimit)

@@ -118,7 +118,10 @@ final class PushConfigs: Sendable {
         guard (1...64).contains(upload.name.utf8.count),
             upload.name.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") })
         else { throw BeaconError.illegal("name must be 1-64 of letters, digits, '_', '-' or '.'") }
-        guard !upload.bundleID.isEmpty, upload.bundleID.utf8.count <= 155 else { throw BeaconError.illegal("bundle_id is required") }
+        // An Apple bundle id: letters, digits, '-' and '.'; it becomes the apns-topic header.
+        guard (1...155).contains(upload.bundleID.utf8.count),
+            upload.bundleID.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") })
+        else { throw BeaconError.illegal("bundle_id must be 1-155 of letters, digits, '-' or '.'") }
         var secret = PushSecret()
         var expiresAt: Int64?
         switch upload.kind {

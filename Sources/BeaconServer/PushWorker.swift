@@ -188,8 +188,9 @@ final class PushWorker: Service, Sendable {
             case .withdrawn:
                 return PushAttemptOutcome(
                     jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")  // as the claim records it
-            case .invalidRequest:
-                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: error.description)
+            case .invalidRequest(let why):
+                logger.error("a push cannot be sent", metadata: ["job": "\(job.id)", "why": "\(why)"])
+                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: "invalid_request")
             case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
                 await removeDeadBinding(job, reason: reason, timestamp: timestamp)
                 return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)

@@ -137,7 +137,7 @@ import Testing
         let long: JSONValue = .string(String(repeating: "c", count: 65))
         #expect(try PayloadBuilder.build(PayloadInput(message: Self.message(["em_apns_ext": ["em_push_collapse_key": long]]), receiver: "6006", badge: 1)).collapseID == nil)
         // A control character cannot go in an HTTP/2 header: the key is left out and the push still goes.
-        for key in ["a\nb", "a\rb", "nul\u{0}", "tab\t"] {
+        for key in ["a\nb", "a\rb", "nul\u{0}", "tab\t", " lead", "trail "] {
             #expect(try PayloadBuilder.build(PayloadInput(message: Self.message(["em_apns_ext": ["em_push_collapse_key": .string(key)]]), receiver: "6006", badge: 1)).collapseID == nil)
         }
     }

@@ -53,6 +53,14 @@ extension Collector where Element == PushAttemptOutcome {
             #expect(try await beacon.rest(
                 "POST", "/push/certificates", ["name": "env", "kind": "p8", "file": "x", "environment": "staging", "bundle_id": "b"]
             ).json["error"] == "json_parse")
+            // The bundle id becomes the apns-topic header: what HTTP/2 cannot carry, or no bundle id has, is refused here.
+            for bundleID in ["com.example\nchat", "com example", "com.example/chat", String(repeating: "a", count: 156)] {
+                let answer = try await beacon.rest(
+                    "POST", "/push/certificates",
+                    ["name": "topic", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "K", "team_id": "T",
+                     "environment": "production", "bundle_id": .string(bundleID)])
+                #expect(answer.json["error"] == "illegal_argument", "\(bundleID)")
+            }
             let user = try await beacon.userToken(try await { try await beacon.createUsers("alice"); return "alice" }())
             #expect(try await beacon.rest("GET", "/push/certificates", token: user).status == 403)
 
