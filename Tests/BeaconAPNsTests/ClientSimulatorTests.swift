@@ -50,7 +50,8 @@ import Testing
     /// Rejections carry a JSON body: 2,000 of them (~77 KB) are more than HTTP/2's first connection window (64 KiB),
     /// so they all arrive only if the client opens the window again as it reads them (without: 1,699 arrived).
     @Test func answersWithBodiesKeepArrivingPastTheConnectionWindow() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(5))) { simulator, client, _ in
+        // A generous timeout: under the whole suite's load an answer can take seconds; a closed window never answers.
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(30))) { simulator, client, _ in
             simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)
             let rejected = try await withThrowingTaskGroup(of: Int.self) { group in
                 for sender in 0..<100 {
