@@ -207,7 +207,7 @@ public actor BeaconClient {
                 // cancelled, so that this child (and the group, which waits for it) ends too.
                 group.addTask { await withTaskCancellationHandler { await task?.value } onCancel: { task?.cancel() } }
                 group.addTask { try? await Task.sleep(for: .seconds(5)) }
-                try? await outbound.writeTextMessage(Self.encode(.logout))
+                try? await outbound.writeTextMessage(ClientFrame.logout.json)
                 await group.next()
                 group.cancelAll()
             }
@@ -376,7 +376,7 @@ public actor BeaconClient {
         let upTo = takenSeq == lastSeq ? max(takenSeq, syncedSeq) : takenSeq
         guard upTo > ackedSeq, let outbound else { return }
         ackedSeq = upTo
-        try? await outbound.writeTextMessage(Self.encode(.ack(seq: upTo)))
+        try? await outbound.writeTextMessage(ClientFrame.ack(seq: upTo).json)
     }
 
     /// After a failed connect: whether the server refuses the token (revoked, expired, user deleted). Then the client
@@ -438,16 +438,14 @@ public actor BeaconClient {
     private func write(_ frame: ClientFrame, failing id: String) async {
         do {
             guard let outbound else { throw BeaconClientError.disconnected }
-            try await outbound.writeTextMessage(Self.encode(frame))
+            try await outbound.writeTextMessage(frame.json)
         } catch {
             pendingDrafts[id] = nil
             pendingSends.removeValue(forKey: id)?.resume(throwing: BeaconClientError.disconnected)
         }
     }
 
-    private static func encode(_ frame: ClientFrame) -> String {
-        String(decoding: (try? JSONEncoder().encode(frame)) ?? Data(), as: UTF8.self)
-    }
+
 }
 
 /// `BeaconClient.messages`: the messages for this device, in order. Iterate it from one task. Asking for the next

@@ -1,9 +1,9 @@
 import BeaconCore
 
-// What the server sends, as JSON: each type describes its JSON once, both ways (`jsonValue` and `init(jsonValue:)`), and
-// its Codable conformance goes through that description. The server writes frames with `JSONWriter` and the SDK reads
-// them with `JSONReader`, several times faster than `JSONEncoder`/`JSONDecoder`, which reach a `JSONValue` only by
-// guessing. Integers travel as JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
+// The frames, as JSON: each type describes its JSON once, both ways (`jsonValue` and `init(jsonValue:)`), and its
+// Codable conformance goes through that description. Frames are written with `JSONWriter` and read with `JSONReader`
+// (the server's frames by the server and the SDK, the devices' frames by the SDK and the server), several times faster
+// than `JSONEncoder`/`JSONDecoder`, which reach a `JSONValue` only by guessing. Integers travel as JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
 // millisecond time.
 
 /// A JSON object's fields, read with the errors a frame that does not match the protocol gets.
@@ -39,6 +39,17 @@ struct JSONFields {
         return Int64(number)
     }
 
+    /// An integer of any size, clamped to Int64's range: for counts and positions the server bounds itself (an `ack`
+    /// of 2^63 is beyond anything sent, and refused as such), where `int64` stops at 2^53, the exact range of a double.
+    func clampedInt64(_ key: String) throws(BeaconError) -> Int64 {
+        guard let value = present(key) else { throw missing(key) }
+        guard case .number(let number) = value, number.isFinite, number.rounded() == number else { throw wrongType(key, "an integer") }
+        // 2^63 is exactly representable as a double; every double below it converts without trapping.
+        if number >= 9_223_372_036_854_775_808.0 { return .max }
+        if number <= -9_223_372_036_854_775_808.0 { return .min }
+        return Int64(number)
+    }
+
     func optionalObject(_ key: String) throws(BeaconError) -> [String: JSONValue]? {
         guard let value = present(key) else { return nil }
         guard let object = value.objectValue else { throw wrongType(key, "an object") }
@@ -47,6 +58,12 @@ struct JSONFields {
 
     func value(_ key: String) throws(BeaconError) -> JSONValue {
         guard let value = present(key) else { throw missing(key) }
+        return value
+    }
+
+    /// The field, `null` included (absent is an error).
+    func valueOrNull(_ key: String) throws(BeaconError) -> JSONValue {
+        guard let value = fields[key] else { throw missing(key) }
         return value
     }
 
@@ -64,6 +81,90 @@ struct JSONFields {
     private func missing(_ key: String) -> BeaconError { BeaconError(.jsonParse, "\(context): missing field '\(key)'") }
     private func wrongType(_ key: String, _ expected: String) -> BeaconError {
         BeaconError(.jsonParse, "\(context): '\(key)' must be \(expected)")
+    }
+}
+
+extension ClientFrame: Codable {
+    /// Reads a frame from the text of a WebSocket message.
+    public init(json text: String) throws {
+        try self.init(jsonValue: try JSONReader.value(of: text))
+    }
+
+    public init(from decoder: any Decoder) throws {
+        try self.init(jsonValue: try JSONValue(from: decoder))
+    }
+
+    public init(jsonValue: JSONValue) throws(BeaconError) {
+        let frame = try JSONFields(jsonValue, "frame")
+        let op = try frame.string("op")
+        switch op {
+        case "send": self = .send(try SendRequest(fields: frame))
+        case "ack": self = .ack(seq: try frame.clampedInt64("seq"))
+        case "sync": self = .sync
+        case "ping": self = .ping
+        case "logout": self = .logout
+        case "read":
+            self = .read(
+                chatType: try frame.enumeration("chat_type", ChatType.self), conversation: try frame.string("conversation"),
+                upTo: try frame.optionalString("up_to"))
+        case "read_all": self = .readAll
+        case "badge": self = .badge(count: Int(try frame.clampedInt64("count")))
+        default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The frame as JSON text, keys sorted: how the SDK sends it.
+    public var json: String { JSONWriter.string(jsonValue) }
+
+    public var jsonValue: JSONValue {
+        switch self {
+        case .send(let request):
+            var fields = request.jsonFields
+            fields["op"] = "send"
+            return .object(fields)
+        case .ack(let seq): return ["op": "ack", "seq": .number(Double(seq))]
+        case .sync: return ["op": "sync"]
+        case .ping: return ["op": "ping"]
+        case .logout: return ["op": "logout"]
+        case .read(let chatType, let conversation, let upTo):
+            var fields: [String: JSONValue] = ["op": "read", "chat_type": .string(chatType.rawValue), "conversation": .string(conversation)]
+            if let upTo { fields["up_to"] = .string(upTo) }
+            return .object(fields)
+        case .readAll: return ["op": "read_all"]
+        case .badge(let count): return ["op": "badge", "count": .number(Double(count))]
+        }
+    }
+}
+
+extension ClientFrame.SendRequest: Codable {
+    public init(from decoder: any Decoder) throws {
+        try self.init(fields: try JSONFields(try JSONValue(from: decoder), "send"))
+    }
+
+    init(fields: JSONFields) throws(BeaconError) {
+        // `body` may be null here: what a body must hold is the message validation's to say, with its own error.
+        self.init(
+            id: try fields.string("id"), to: try fields.string("to"), chatType: try fields.enumeration("chat_type", ChatType.self),
+            type: try fields.enumeration("type", MessageType.self), body: try fields.valueOrNull("body"), ext: try fields.optionalObject("ext"),
+            routetype: try fields.optionalString("routetype"))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try JSONValue.object(jsonFields).encode(to: encoder)
+    }
+
+    /// The request's JSON fields (`ext` and `routetype` only when set).
+    var jsonFields: [String: JSONValue] {
+        var fields: [String: JSONValue] = [
+            "id": .string(id), "to": .string(to), "chat_type": .string(chatType.rawValue), "type": .string(type.rawValue), "body": body,
+        ]
+        if let ext { fields["ext"] = .object(ext) }
+        if let routetype { fields["routetype"] = .string(routetype) }
+        return fields
     }
 }
 

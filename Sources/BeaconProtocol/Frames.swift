@@ -21,7 +21,7 @@ public enum ClientFrame: Sendable, Hashable {
     /// The badge the app shows (its own unread total, e.g. when it goes to background): counting continues from it.
     case badge(count: Int)
 
-    public struct SendRequest: Sendable, Hashable, Codable {
+    public struct SendRequest: Sendable, Hashable {
         public var id: String
         public var to: String
         public var chatType: ChatType
@@ -29,10 +29,6 @@ public enum ClientFrame: Sendable, Hashable {
         public var body: JSONValue
         public var ext: [String: JSONValue]?
         public var routetype: String?
-
-        enum CodingKeys: String, CodingKey {
-            case id, to, chatType = "chat_type", type, body, ext, routetype
-        }
 
         public init(
             id: String, to: String, chatType: ChatType, type: MessageType, body: JSONValue,
@@ -92,50 +88,3 @@ public struct ReadState: Sendable, Hashable {
     }
 }
 
-extension ClientFrame: Codable {
-    enum CodingKeys: String, CodingKey { case op, seq, chatType = "chat_type", conversation, upTo = "up_to", count }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        let op = try container.decode(String.self, forKey: .op)
-        switch op {
-        case "send": self = .send(try SendRequest(from: decoder))
-        case "ack": self = .ack(seq: try container.decode(Int64.self, forKey: .seq))
-        case "sync": self = .sync
-        case "ping": self = .ping
-        case "logout": self = .logout
-        case "read":
-            self = .read(
-                chatType: try container.decode(ChatType.self, forKey: .chatType), conversation: try container.decode(String.self, forKey: .conversation),
-                upTo: try container.decodeIfPresent(String.self, forKey: .upTo))
-        case "read_all": self = .readAll
-        case "badge": self = .badge(count: try container.decode(Int.self, forKey: .count))
-        default:
-            throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op '\(op)'")
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        switch self {
-        case .send(let request):
-            try container.encode("send", forKey: .op)
-            try request.encode(to: encoder)
-        case .ack(let seq):
-            try container.encode("ack", forKey: .op)
-            try container.encode(seq, forKey: .seq)
-        case .sync: try container.encode("sync", forKey: .op)
-        case .ping: try container.encode("ping", forKey: .op)
-        case .logout: try container.encode("logout", forKey: .op)
-        case .read(let chatType, let conversation, let upTo):
-            try container.encode("read", forKey: .op)
-            try container.encode(chatType, forKey: .chatType)
-            try container.encode(conversation, forKey: .conversation)
-            try container.encodeIfPresent(upTo, forKey: .upTo)
-        case .readAll: try container.encode("read_all", forKey: .op)
-        case .badge(let count):
-            try container.encode("badge", forKey: .op)
-            try container.encode(count, forKey: .count)
-        }
-    }
-}

@@ -149,18 +149,22 @@ struct DeviceSession {
     /// Returns that number after this frame.
     @inline(never)
     private func handle(_ message: WebSocketMessage, outbox: DeviceOutbox, acked: Int64) async throws -> Int64 {
-        let decoder = JSONDecoder()
         guard case .text(let text) = message else {
             answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
             return acked
         }
         let frame: ClientFrame
         do {
-            frame = try decoder.decode(ClientFrame.self, from: Data(text.utf8))
+            let value = try JSONReader.value(of: text)
+            do {
+                frame = try ClientFrame(jsonValue: value)
+            } catch {
+                // The `id` of a send that does not match the protocol still comes back, so that the client can fail that send.
+                answer(.error(id: value.objectValue?["id"]?.stringValue, code: error.code.rawValue, description: "bad frame: \(error.message)"), on: outbox)
+                return acked
+            }
         } catch {
-            // The `id` of a malformed send still comes back, so that the client can fail that send.
-            let id = (try? decoder.decode(FrameReference.self, from: Data(text.utf8)))?.id
-            answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(describe(error))"), on: outbox)
+            answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"), on: outbox)
             return acked
         }
         switch frame {
@@ -324,11 +328,6 @@ struct DeviceSession {
     private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {
         try await outbound.writeTextMessage(frame.json)
     }
-}
-
-/// The `id` of a client frame that could not be decoded as a whole.
-private struct FrameReference: Decodable {
-    var id: String?
 }
 
 func describe(_ error: any Error) -> String {

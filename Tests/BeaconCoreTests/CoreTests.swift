@@ -89,12 +89,45 @@ import Testing
     @Test func clientFramesRoundTrip() throws {
         let frames: [ClientFrame] = [
             .send(.init(id: "c1", to: "bob", chatType: .chat, type: .txt, body: ["msg": "hi"], ext: ["k": true], routetype: "ROUTE_ONLINE")),
-            .ack(seq: 42), .sync, .ping, .logout,
+            .send(.init(id: "c\"2", to: "g", chatType: .groupchat, type: .custom, body: ["list": [1, 2.5, true, nil, ["k": "名前"]]])),
+            .send(.init(id: "c3", to: "bob", chatType: .chat, type: .txt, body: nil)),
+            .ack(seq: 42), .ack(seq: 9_007_199_254), .sync, .ping, .logout, .readAll, .badge(count: 7),
+            .read(chatType: .chat, conversation: "bob", upTo: "912205496344117248"), .read(chatType: .groupchat, conversation: "g", upTo: nil),
         ]
         for frame in frames {
+            // As the SDK writes it (JSONWriter) and the server reads it (JSONReader), and through Codable: the same frame.
+            #expect(try ClientFrame(json: frame.json) == frame)
             let data = try JSONEncoder().encode(frame)
             #expect(try JSONDecoder().decode(ClientFrame.self, from: data) == frame)
+            #expect(try JSONDecoder().decode(JSONValue.self, from: data) == frame.jsonValue)
         }
+        // Field names as the protocol documents them.
+        #expect(ClientFrame.read(chatType: .chat, conversation: "bob", upTo: "7").json
+            == #"{"chat_type":"chat","conversation":"bob","op":"read","up_to":"7"}"#)
+        #expect(ClientFrame.badge(count: 3).json == #"{"count":3,"op":"badge"}"#)
+    }
+
+    @Test func clientFramesThatDoNotMatchTheProtocolAreJSONParseErrors() throws {
+        let texts = [
+            #"{"op":"fly"}"#, #"{"op":"ack"}"#, #"{"op":"ack","seq":"1"}"#, #"{"op":"ack","seq":1.5}"#,
+            #"{"op":"send","id":"c1","to":"bob","chat_type":"chat","type":"txt"}"#,
+            #"{"op":"send","id":"c1","to":"bob","chat_type":"channel","type":"txt","body":{}}"#,
+            #"{"op":"send","id":"c1","to":"bob","chat_type":"chat","type":"txt","body":{},"ext":[1]}"#,
+            #"{"op":"read","chat_type":"chat"}"#, #"{"op":"badge","count":true}"#, #"["op","ping"]"#, #"{"op":null}"#,
+        ]
+        for text in texts {
+            #expect(throws: BeaconError.self, "\(text)") { try ClientFrame(json: text) }
+            do {
+                _ = try ClientFrame(json: text)
+            } catch let error as BeaconError {
+                #expect(error.code == .jsonParse)
+            }
+        }
+        #expect(throws: JSONReader.Malformed.self) { try ClientFrame(json: #"{"op":"ping""#) }
+        // Integers beyond 2^53 (a double's exact range) are clamped, not refused: the server bounds them itself.
+        #expect(try ClientFrame(json: #"{"op":"ack","seq":9223372036854775807}"#) == .ack(seq: .max))
+        #expect(try ClientFrame(json: #"{"op":"ack","seq":1e300}"#) == .ack(seq: .max))
+        #expect(try ClientFrame(json: #"{"op":"badge","count":-1e30}"#) == .badge(count: Int(Int64.min)))
     }
 
     @Test func serverFramesRoundTrip() throws {
@@ -125,9 +158,9 @@ import Testing
 
     @Test func sendFrameUsesDocumentedFieldNames() throws {
         let json = #"{"op":"send","id":"c1","to":"bob","chat_type":"groupchat","type":"txt","body":{"msg":"hi"}}"#
-        let frame = try JSONDecoder().decode(ClientFrame.self, from: Data(json.utf8))
+        let frame = try ClientFrame(json: json)
         #expect(frame == .send(.init(id: "c1", to: "bob", chatType: .groupchat, type: .txt, body: ["msg": "hi"])))
-        #expect(throws: DecodingError.self) { try JSONDecoder().decode(ClientFrame.self, from: Data(#"{"op":"fly"}"#.utf8)) }
+        #expect(try JSONDecoder().decode(ClientFrame.self, from: Data(json.utf8)) == frame)
     }
 
     @Test func jsonValuesKeepIntegersExact() throws {
