@@ -102,8 +102,10 @@ final class ConnectionEventsHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A stream opened after APNs' GOAWAY, or one stream's protocol error, concerns that stream alone: the others still
-        // get their answers.
+        // A stream opened after APNs' GOAWAY, or a protocol error in one of our own outbound streams, concerns that stream
+        // alone: the others still get their answers. An error in what the server sent comes unwrapped whether NIOHTTP2
+        // treated it as the stream's (and reset that stream) or the connection's, so it ends the connection: its requests
+        // fail as not answered and are retried (the same apns-id and collapse id).
         if error is NIOHTTP2Errors.CreatedStreamAfterGoaway || error is NIOHTTP2Errors.StreamError {
             context.fireErrorCaught(error)
             return

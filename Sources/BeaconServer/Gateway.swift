@@ -164,7 +164,10 @@ struct DeviceSession {
                 return acked
             }
         } catch {
-            answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"), on: outbox)
+            // JSONDecoder checks only the text's shape before it decodes the one field asked for, so a send whose body
+            // alone is malformed (a lone surrogate escape, a number beyond a double) still gets its `id` back.
+            let id = (try? JSONDecoder().decode(FrameReference.self, from: Data(text.utf8)))?.id
+            answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"), on: outbox)
             return acked
         }
         switch frame {
@@ -328,6 +331,11 @@ struct DeviceSession {
     private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {
         try await outbound.writeTextMessage(frame.json)
     }
+}
+
+/// The `id` of a device frame that could not be read as a whole.
+private struct FrameReference: Decodable {
+    var id: String?
 }
 
 func describe(_ error: any Error) -> String {
