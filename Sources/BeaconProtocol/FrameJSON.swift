@@ -84,8 +84,14 @@ struct JSONFields {
     }
 }
 
-extension ClientFrame: Codable {
-    /// Reads a frame from the text of a WebSocket message.
+/// A type whose JSON is described once, both ways; its Codable conformance and its text go through that description.
+public protocol JSONDescribed: Codable {
+    init(jsonValue: JSONValue) throws(BeaconError)
+    var jsonValue: JSONValue { get }
+}
+
+extension JSONDescribed {
+    /// Reads a value from JSON text (a WebSocket message's).
     public init(json text: String) throws {
         try self.init(jsonValue: try JSONReader.value(of: text))
     }
@@ -94,6 +100,15 @@ extension ClientFrame: Codable {
         try self.init(jsonValue: try JSONValue(from: decoder))
     }
 
+    public func encode(to encoder: any Encoder) throws {
+        try jsonValue.encode(to: encoder)
+    }
+
+    /// The JSON text, keys sorted: how frames are sent.
+    public var json: String { JSONWriter.string(jsonValue) }
+}
+
+extension ClientFrame: JSONDescribed {
     public init(jsonValue: JSONValue) throws(BeaconError) {
         let frame = try JSONFields(jsonValue, "frame")
         let op = try frame.string("op")
@@ -112,13 +127,6 @@ extension ClientFrame: Codable {
         default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
         }
     }
-
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
-    }
-
-    /// The frame as JSON text, keys sorted: how the SDK sends it.
-    public var json: String { JSONWriter.string(jsonValue) }
 
     public var jsonValue: JSONValue {
         switch self {
@@ -168,16 +176,7 @@ extension ClientFrame.SendRequest: Codable {
     }
 }
 
-extension ServerFrame: Codable {
-    /// Reads a frame from the text of a WebSocket message.
-    public init(json text: String) throws {
-        try self.init(jsonValue: try JSONReader.value(of: text))
-    }
-
-    public init(from decoder: any Decoder) throws {
-        try self.init(jsonValue: try JSONValue(from: decoder))
-    }
-
+extension ServerFrame: JSONDescribed {
     public init(jsonValue: JSONValue) throws(BeaconError) {
         let frame = try JSONFields(jsonValue, "frame")
         let op = try frame.string("op")
@@ -196,13 +195,6 @@ extension ServerFrame: Codable {
         default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
         }
     }
-
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
-    }
-
-    /// The frame as JSON text, keys sorted: how the server sends it.
-    public var json: String { JSONWriter.string(jsonValue) }
 
     public var jsonValue: JSONValue {
         func number(_ value: some BinaryInteger) -> JSONValue { .number(Double(value)) }
@@ -233,11 +225,7 @@ extension ServerFrame: Codable {
     }
 }
 
-extension WireMessage: Codable {
-    public init(from decoder: any Decoder) throws {
-        try self.init(jsonValue: try JSONValue(from: decoder))
-    }
-
+extension WireMessage: JSONDescribed {
     public init(jsonValue: JSONValue) throws(BeaconError) {
         let message = try JSONFields(jsonValue, "message")
         msgID = try message.string("msg_id")
@@ -249,10 +237,6 @@ extension WireMessage: Codable {
         ext = try message.optionalObject("ext") ?? [:]
         timestamp = try message.int64("timestamp")
         routetype = try message.optionalString("routetype")
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
     }
 
     /// The message's JSON (Easemob's field names; `routetype` only when set).
