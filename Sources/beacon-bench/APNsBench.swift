@@ -262,6 +262,7 @@ struct Fanout: AsyncParsableCommand {
         let simulatorCPUBefore = threadCPUSeconds(simulatorThread)
         let processCPUBefore = processCPUSeconds()
         let start = monotonicNanoseconds()
+        let startedAt = Int64(Date().timeIntervalSince1970 * 1000)
         let answer = try await REST.call(
             server.baseURL, "POST", "/bench/chat/messages/chatgroups",
             ["from": .string(names[0]), "to": ["g1"], "type": "txt", "body": ["msg": "to everyone"]], token: server.appToken)
@@ -276,6 +277,12 @@ struct Fanout: AsyncParsableCommand {
         let delivered = simulator.deliveries().count
         print("stored and acknowledged after \(format(stored, 0)) ms; simulator holds \(delivered) of \(expected) after \(format(elapsed)) s")
         print("end-to-end pushes/s: \(format(Double(delivered) / elapsed, 0)) (aim ≥ 15,000, ratio \(format(Double(delivered) / elapsed / 15_000)))")
+        // When the pushes arrived (the simulator's clock, ms after the send began): storing and pushing apart.
+        let arrivals = simulator.deliveries().map { $0.receivedAt - startedAt }.sorted()
+        if !arrivals.isEmpty {
+            let at = { (share: Double) in arrivals[min(arrivals.count - 1, Int(Double(arrivals.count) * share))] }
+            print("pushes in the simulator after (ms from the send): first \(arrivals[0]), 10 % \(at(0.1)), half \(at(0.5)), 90 % \(at(0.9)), last \(arrivals[arrivals.count - 1])")
+        }
         let simulatorCPU = threadCPUSeconds(simulatorThread) - simulatorCPUBefore
         let processCPU = processCPUSeconds() - processCPUBefore
         print(
