@@ -407,7 +407,11 @@ final class RawDevice: Sendable {
             guard (try? await Task.sleep(for: .seconds(30))) != nil else { return }
             endedSink.yield(false)
         }
-        let inTime = await ended.first { _ in true } ?? false
+        // Nil: the caller was cancelled, which is not the connection's fault.
+        guard let inTime = await ended.first(where: { _ in true }) else {
+            timer.cancel()
+            return
+        }
         timer.cancel()
         if !inTime {
             task.cancel()
