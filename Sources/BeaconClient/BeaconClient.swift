@@ -444,8 +444,6 @@ public actor BeaconClient {
             pendingSends.removeValue(forKey: id)?.resume(throwing: BeaconClientError.disconnected)
         }
     }
-
-
 }
 
 /// `BeaconClient.messages`: the messages for this device, in order. Iterate it from one task. Asking for the next

@@ -3,8 +3,8 @@ import BeaconCore
 // The frames, as JSON: each type describes its JSON once, both ways (`jsonValue` and `init(jsonValue:)`), and its
 // Codable conformance goes through that description. Frames are written with `JSONWriter` and read with `JSONReader`
 // (the server's frames by the server and the SDK, the devices' frames by the SDK and the server), several times faster
-// than `JSONEncoder`/`JSONDecoder`, which reach a `JSONValue` only by guessing. Integers travel as JSON numbers: exact up to 2^53, far above any sequence number, version, badge or
-// millisecond time.
+// than `JSONEncoder`/`JSONDecoder`, which reach a `JSONValue` only by guessing. Integers travel as JSON numbers: exact
+// up to 2^53, far above any sequence number, version, badge or millisecond time.
 
 /// A JSON object's fields, read with the errors a frame that does not match the protocol gets.
 struct JSONFields {
@@ -44,10 +44,8 @@ struct JSONFields {
     func clampedInt64(_ key: String) throws(BeaconError) -> Int64 {
         guard let value = present(key) else { throw missing(key) }
         guard case .number(let number) = value, number.isFinite, number.rounded() == number else { throw wrongType(key, "an integer") }
-        // 2^63 is exactly representable as a double; every double below it converts without trapping.
-        if number >= 9_223_372_036_854_775_808.0 { return .max }
-        if number <= -9_223_372_036_854_775_808.0 { return .min }
-        return Int64(number)
+        // An integral double fails `exactly` only outside Int64's range: no conversion here can trap.
+        return Int64(exactly: number) ?? (number > 0 ? .max : .min)
     }
 
     func optionalObject(_ key: String) throws(BeaconError) -> [String: JSONValue]? {
@@ -123,7 +121,7 @@ extension ClientFrame: JSONDescribed {
                 chatType: try frame.enumeration("chat_type", ChatType.self), conversation: try frame.string("conversation"),
                 upTo: try frame.optionalString("up_to"))
         case "read_all": self = .readAll
-        case "badge": self = .badge(count: Int(try frame.clampedInt64("count")))
+        case "badge": self = .badge(count: Int(clamping: try frame.clampedInt64("count")))
         default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
         }
     }
@@ -148,9 +146,9 @@ extension ClientFrame: JSONDescribed {
     }
 }
 
-extension ClientFrame.SendRequest: Codable {
-    public init(from decoder: any Decoder) throws {
-        try self.init(fields: try JSONFields(try JSONValue(from: decoder), "send"))
+extension ClientFrame.SendRequest: JSONDescribed {
+    public init(jsonValue: JSONValue) throws(BeaconError) {
+        try self.init(fields: try JSONFields(jsonValue, "send"))
     }
 
     init(fields: JSONFields) throws(BeaconError) {
@@ -161,9 +159,7 @@ extension ClientFrame.SendRequest: Codable {
             routetype: try fields.optionalString("routetype"))
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        try JSONValue.object(jsonFields).encode(to: encoder)
-    }
+    public var jsonValue: JSONValue { .object(jsonFields) }
 
     /// The request's JSON fields (`ext` and `routetype` only when set).
     var jsonFields: [String: JSONValue] {
@@ -250,9 +246,9 @@ extension WireMessage: JSONDescribed {
     }
 }
 
-extension ReadState: Codable {
-    public init(from decoder: any Decoder) throws {
-        try self.init(fields: try JSONFields(try JSONValue(from: decoder), "read state"))
+extension ReadState: JSONDescribed {
+    public init(jsonValue: JSONValue) throws(BeaconError) {
+        try self.init(fields: try JSONFields(jsonValue, "read state"))
     }
 
     init(fields: JSONFields) throws(BeaconError) {
@@ -262,9 +258,7 @@ extension ReadState: Codable {
             badge: try fields.optionalInt64("badge").map { Int(clamping: $0) })
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        try JSONValue.object(jsonFields).encode(to: encoder)
-    }
+    public var jsonValue: JSONValue { .object(jsonFields) }
 
     /// The marker's JSON fields (`badge` only when known).
     var jsonFields: [String: JSONValue] {
