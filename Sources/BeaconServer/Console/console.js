@@ -510,7 +510,10 @@ async function renderDevices(target, path, errorArea) {
   };
   const disconnect = (id) => isOnline(id)
     ? action("Disconnect", id, `Disconnect device ${id}? The app there stops and asks to sign in again; other devices stay.`,
-      `Could not disconnect ${id}`, () => call("DELETE", `${path}/disconnect/${encodeURIComponent(id)}`))
+      `Could not disconnect ${id}`, async () => {
+        await call("DELETE", `${path}/disconnect/${encodeURIComponent(id)}`);
+        await untilOffline(path, id);
+      })
     : null;
   target.replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, ["Device", "Now", "Last seen", "Certificate", "Device token", "VoIP token", ""].map((h) => el("th", { scope: "col" }, h)))),
@@ -522,6 +525,18 @@ async function renderDevices(target, path, errorArea) {
         disconnect(b.device_id)))),
     unbound.map((id) => el("tr", { "data-device": id }, el("td", { class: "mono" }, id), state(id), lastSeen(id),
       el("td", { colspan: "3" }, "not bound for push"), el("td", { class: "actions" }, disconnect(id)))))));
+}
+
+/**
+ * Waits, at most 10 s, until the device no longer counts as online: a disconnect asks its connection to close, and the
+ * server marks it offline when the session has ended (after the close handshake and the session's clean-up).
+ */
+async function untilOffline(path, id) {
+  for (let attempt = 0; attempt < 40; attempt += 1) {
+    const seen = await call("GET", `${path}/devices`);
+    if (!seen.entities.some((d) => d.device_id === id && d.online)) return;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
 }
 
 /** The language pushes are translated to and the template the user's pushes use (Easemob's per-user choices). */
