@@ -88,6 +88,17 @@ final class WebhookReceiver: Sendable {
         return "sha256=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
+    /// The webhook's state (`GET …/push/webhook`) once `settled` holds, read every 10 ms for at most 10 s, else the last
+    /// one read: Beacon records a delivery just after the receiver's answer reaches it, so the receiver knows first.
+    private static func webhookState(_ beacon: TestBeacon, until settled: (JSONValue?) -> Bool) async throws -> JSONValue? {
+        var state = try await beacon.rest("GET", "/push/webhook").json["data"]
+        for _ in 0..<1000 where !settled(state) {
+            try await Task.sleep(for: .milliseconds(10))
+            state = try await beacon.rest("GET", "/push/webhook").json["data"]
+        }
+        return state
+    }
+
     @Test func everyPushOutcomeReachesTheReceiverSignedAfterAnOutage() async throws {
         try await WebhookReceiver.run(failFirst: 2) { receiver in
             try await withPushBeacon { beacon, simulator in
@@ -123,11 +134,7 @@ final class WebhookReceiver: Sendable {
 
                 // The receiver is down for two deliveries: the webhook backs off and keeps the events.
                 try await receiver.requests.wait { $0.count >= 1 }
-                var failing = try await beacon.rest("GET", "/push/webhook").json["data"]
-                for _ in 0..<200 where failing?["last_error"] == nil {  // recorded just after the receiver answered
-                    try await Task.sleep(for: .milliseconds(10))
-                    failing = try await beacon.rest("GET", "/push/webhook").json["data"]
-                }
+                let failing = try await Self.webhookState(beacon) { $0?["last_error"] != nil }
                 #expect((failing?["consecutive_failures"]?.intValue ?? 0) >= 1)
                 #expect(failing?["last_error"] == "HTTP 503")
 
@@ -168,7 +175,7 @@ final class WebhookReceiver: Sendable {
                     #expect(request.json["org"] == "acme" && request.json["app"] == "chat")
                 }
                 // Delivered: nothing waits, failures reset, and the metrics tell the story.
-                let state = try await beacon.rest("GET", "/push/webhook").json["data"]
+                let state = try await Self.webhookState(beacon) { $0?["pending_events"]?.intValue == 0 }
                 #expect(state?["pending_events"]?.intValue == 0)
                 #expect(state?["consecutive_failures"]?.intValue == 0)
                 #expect(state?["last_error"] == nil)
