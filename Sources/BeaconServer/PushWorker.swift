@@ -114,17 +114,24 @@ final class PushWorker: Service, Sendable {
             }
         guard !jobs.isEmpty else { return false }
         // Each configuration is read once per batch.
-        var configurations: [String: PushConfigRecord?] = [:]
-        for job in jobs where configurations["\(job.appID)/\(job.job.notifier)"] == nil {
-            configurations["\(job.appID)/\(job.job.notifier)"] = .some(try await store.pushConfig(job.job.notifier, app: job.appID))
+        var configurationsRead: [String: PushConfigRecord?] = [:]
+        for job in jobs where configurationsRead["\(job.appID)/\(job.job.notifier)"] == nil {
+            configurationsRead["\(job.appID)/\(job.job.notifier)"] = .some(try await store.pushConfig(job.job.notifier, app: job.appID))
         }
+        let configurations = configurationsRead
         let outcomes = OutcomeBuffer()
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.record(outcomes) }
+            // Devices in parallel; each device's pushes one after another, in the order they were recorded. Sent at once,
+            // they could reach APNs in either order (over either connection), and the phone would show whichever came last:
+            // an older badge, the older message on top.
             await withTaskGroup(of: Void.self) { sends in
-                for job in jobs {
-                    let config = configurations["\(job.appID)/\(job.job.notifier)"] ?? nil
-                    sends.addTask { outcomes.add(await self.attempt(job, config: config)) }
+                for deviceJobs in Dictionary(grouping: jobs, by: \.job.deviceToken).values {
+                    sends.addTask {
+                        for job in deviceJobs {
+                            outcomes.add(await self.attempt(job, config: configurations["\(job.appID)/\(job.job.notifier)"] ?? nil))
+                        }
+                    }
                 }
             }
             outcomes.finish()

@@ -159,7 +159,8 @@ public protocol BeaconStore: Sendable {
 
     /// Claims up to `limit` due pending jobs for `lease` ms (a crashed worker's jobs become due again), each under a
     /// new claim token. Due jobs whose device binding no longer holds their token (unbound, moved to another user,
-    /// the user kicked or deleted) end as `skipped` with `binding_changed` instead.
+    /// the user kicked or deleted) end as `skipped` with `binding_changed` instead. The jobs come in the order they
+    /// were recorded (by `id`), so that a worker can push a device's in that order.
     func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob]
     /// Whether the job's device binding still holds its token (the check the claim made, made again just before a send
     /// that waited long after its claim).

@@ -130,9 +130,10 @@ import Testing
                     }
                 }
             }
-            for _ in 0..<500 where !frames.withLock({ $0.contains { if case .synced = $0 { true } else { false } } }) {
+            for _ in 0..<3000 where !frames.withLock({ $0.contains { if case .synced = $0 { true } else { false } } }) {
                 try await Task.sleep(for: .milliseconds(10))
             }
+            #expect(frames.withLock { $0.contains { if case .synced = $0 { true } else { false } } }, "connected and synced within 30 s")
             server.process.signal(SIGTERM)
             let status = await server.process.exitStatus(within: .seconds(30))
             await server.process.stop()  // if it did not exit, its socket closes now and the device's read ends

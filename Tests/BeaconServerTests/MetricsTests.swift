@@ -74,7 +74,9 @@ private let phone = String(repeating: "ef", count: 32)
             _ = try await beacon.deliveries(of: "bob") { $0.count == 3 }
             // The logout's connection ends on the server after the answer: its count comes shortly (at most 10 s here).
             var after = try await Self.metrics(beacon)
-            for _ in 0..<100 where !after.contains("beacon_websocket_disconnects_total 1") {
+            // (The session counts the disconnect, then the connected devices: both, so no scrape falls between the two.)
+            for _ in 0..<100
+            where !after.contains("beacon_websocket_disconnects_total 1") || !after.contains("beacon_websocket_connected_devices 0.0") {
                 try await Task.sleep(for: .milliseconds(100))
                 after = try await Self.metrics(beacon)
             }

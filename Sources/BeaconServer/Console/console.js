@@ -390,7 +390,9 @@ async function deliveriesPage() {
       const value = form.elements[name].value.trim();
       if (value) query.set(name, value);
     }
-    location.hash = `#/deliveries?${query}`;
+    const next = `#/deliveries?${query}`;
+    // The same filter again reads the records again: setting the hash it already has would change nothing.
+    if (location.hash === next) route(); else location.hash = next;
   });
   const results = el("div", { class: "table-wrap", id: "delivery-list" }, "Loading…");
   show("Deliveries", form, results);
@@ -512,7 +514,7 @@ async function renderDevices(target, path, errorArea) {
     ? action("Disconnect", id, `Disconnect device ${id}? The app there stops and asks to sign in again; other devices stay.`,
       `Could not disconnect ${id}`, async () => {
         await call("DELETE", `${path}/disconnect/${encodeURIComponent(id)}`);
-        await untilOffline(path, id);
+        if (!(await untilOffline(path, id))) throw new Error("asked to close, it still counts as online after 10 s");
       })
     : null;
   target.replaceChildren(el("table", {},
@@ -528,15 +530,16 @@ async function renderDevices(target, path, errorArea) {
 }
 
 /**
- * Waits, at most 10 s, until the device no longer counts as online: a disconnect asks its connection to close, and the
- * server marks it offline when the session has ended (after the close handshake and the session's clean-up).
+ * Waits, about 10 s at most, until the device no longer counts as online (then true): a disconnect asks its connection
+ * to close, and the server marks it offline when the session has ended (after the close handshake and its clean-up).
  */
 async function untilOffline(path, id) {
   for (let attempt = 0; attempt < 40; attempt += 1) {
     const seen = await call("GET", `${path}/devices`);
-    if (!seen.entities.some((d) => d.device_id === id && d.online)) return;
+    if (!seen.entities.some((d) => d.device_id === id && d.online)) return true;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
+  return false;
 }
 
 /** The language pushes are translated to and the template the user's pushes use (Easemob's per-user choices). */
