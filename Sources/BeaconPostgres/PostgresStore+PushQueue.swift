@@ -246,6 +246,17 @@ extension PostgresStore {
         }
     }
 
+    public func returnUnsentPushJobs(_ jobs: [PushJob]) async throws {
+        guard !jobs.isEmpty else { return }
+        let (ids, tokens) = (jobs.map(\.id), jobs.map(\.claimToken))
+        try await execute(
+            """
+            UPDATE push_jobs j SET claimed_until = 0, claimed_by = 0, attempts = j.attempts - 1
+            FROM unnest(\(ids)::bigint[], \(tokens)::bigint[]) AS c(id, token)
+            WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'pending'
+            """)
+    }
+
     public func releasePushClaims() async throws {
         try await execute("UPDATE push_jobs SET claimed_until = 0, claimed_by = 0 WHERE status = 'pending' AND claimed_until > 0")
     }

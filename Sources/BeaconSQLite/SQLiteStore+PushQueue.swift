@@ -234,6 +234,15 @@ extension SQLiteStore {
         }
     }
 
+    public func returnUnsentPushJobs(_ jobs: [PushJob]) async throws {
+        guard !jobs.isEmpty else { return }
+        try await write { db in
+            let hand = try db.cachedStatement(
+                sql: "UPDATE push_jobs SET claimed_until = 0, attempts = attempts - 1 WHERE id = ? AND claim_token = ? AND status = 'pending'")
+            for job in jobs { try hand.execute(arguments: [job.id, job.claimToken]) }
+        }
+    }
+
     public func releasePushClaims() async throws {
         try await write { db in
             try db.execute(sql: "UPDATE push_jobs SET claimed_until = 0 WHERE status = 'pending' AND claimed_until > 0")

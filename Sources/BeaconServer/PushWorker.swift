@@ -30,7 +30,8 @@ final class PushWorker: Service, Sendable {
     private let lastRound = Atomic<UInt64>(0)
 
     /// A round that has not ended after this long is stuck: a round waits at most 30 s for a turn and 10 s for an
-    /// answer per notification, all of them side by side, and records what it got.
+    /// answer per notification, the devices side by side (a device's later notifications start only within
+    /// `sequenceBudget` of the claim), and records what it got.
     static let stallAfter: Duration = .seconds(120)
 
     /// The worker's loop, for `GET /ready`.
@@ -49,6 +50,9 @@ final class PushWorker: Service, Sendable {
     static let outcomesPerWrite = 256
     /// A send that waited longer than this after its claim checks its binding again before it goes.
     static let recheckAfter: Duration = .seconds(1)
+    /// A device's later jobs in a claim start only this long after it; the rest are handed back, due again at once, so
+    /// that a device behind a slow APNs holds its round up one send past this at most (well within the lease).
+    static let sequenceBudget: Duration = .seconds(10)
 
     init(
         store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
@@ -113,6 +117,7 @@ final class PushWorker: Service, Sendable {
                 try await store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch)
             }
         guard !jobs.isEmpty else { return false }
+        let claimedAt = ContinuousClock.now
         // Each configuration is read once per batch.
         var configurationsRead: [String: PushConfigRecord?] = [:]
         for job in jobs where configurationsRead["\(job.appID)/\(job.job.notifier)"] == nil {
@@ -120,23 +125,46 @@ final class PushWorker: Service, Sendable {
         }
         let configurations = configurationsRead
         let outcomes = OutcomeBuffer()
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.record(outcomes) }
+        let unsent = await withTaskGroup(of: [PushJob].self) { group in
+            group.addTask {
+                await self.record(outcomes)
+                return []
+            }
             // Devices in parallel; each device's pushes one after another, in the order they were recorded. Sent at once,
             // they could reach APNs in either order (over either connection), and the phone would show whichever came last:
             // an older badge, the older message on top.
-            await withTaskGroup(of: Void.self) { sends in
-                for deviceJobs in Dictionary(grouping: jobs, by: \.job.deviceToken).values {
-                    sends.addTask {
-                        for job in deviceJobs {
-                            outcomes.add(await self.attempt(job, config: configurations["\(job.appID)/\(job.job.notifier)"] ?? nil))
-                        }
-                    }
+            let unsent = await withTaskGroup(of: [PushJob].self) { sends in
+                for sequence in Dictionary(grouping: jobs, by: { "\($0.appID) \($0.job.topic) \($0.job.deviceToken)" }).values {
+                    sends.addTask { await self.sendInOrder(sequence, configurations: configurations, claimedAt: claimedAt, outcomes: outcomes) }
                 }
+                return await sends.reduce(into: []) { $0 += $1 }
             }
             outcomes.finish()
+            return await group.reduce(into: unsent) { $0 += $1 }
+        }
+        do {
+            try await store.returnUnsentPushJobs(unsent)
+        } catch {
+            // Their claim's lease runs out and they are due again then.
+            logger.error("handing back unsent push jobs failed", metadata: ["error": "\(error)", "count": "\(unsent.count)"])
         }
         return true
+    }
+
+    /// Sends one device's jobs (of one app and topic) one after another; returns those it did not start: once
+    /// `sequenceBudget` has passed since the claim, the worker is cancelled, or its node may be declared dead.
+    private func sendInOrder(
+        _ sequence: [PushJob], configurations: [String: PushConfigRecord?], claimedAt: ContinuousClock.Instant, outcomes: OutcomeBuffer
+    ) async -> [PushJob] {
+        for (index, job) in sequence.enumerated() {
+            if index > 0,
+                Task.isCancelled || claimedAt.duration(to: .now) > Self.sequenceBudget || cluster.map({ !$0.isSafelyAlive }) == true
+            {
+                return Array(sequence[index...])
+            }
+            outcomes.add(await attempt(job, config: configurations["\(job.appID)/\(job.job.notifier)"] ?? nil, claimedAt: claimedAt))
+        }
+        return []
     }
 
     /// Writes outcomes as they arrive: whatever came in while the previous write ran goes in the next one.
@@ -152,7 +180,7 @@ final class PushWorker: Service, Sendable {
         }
     }
 
-    private func attempt(_ job: PushJob, config: PushConfigRecord?) async -> PushAttemptOutcome {
+    private func attempt(_ job: PushJob, config: PushConfigRecord?, claimedAt: ContinuousClock.Instant) async -> PushAttemptOutcome {
         guard let config else {
             return PushAttemptOutcome(
                 jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
@@ -169,7 +197,6 @@ final class PushWorker: Service, Sendable {
             apnsID: UUID(uuidString: job.job.apnsID) ?? .random(), payload: Array(job.job.payload.utf8))
         // The claim checked the binding; a send that then waited (APNs slow or unreachable) checks it again, so that a
         // token unbound or moved to another user meanwhile is not pushed to.
-        let claimedAt = ContinuousClock.now
         let stillBound: @Sendable () async -> Bool = { [store] in
             guard claimedAt.duration(to: .now) > Self.recheckAfter else { return true }
             return (try? await store.bindingHolds(for: job.job, app: job.appID)) ?? true

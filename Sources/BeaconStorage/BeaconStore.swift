@@ -169,6 +169,9 @@ public protocol BeaconStore: Sendable {
     /// claimed again after its lease ran out cannot be completed twice). Returns how many were recorded.
     @discardableResult
     func recordPushAttempts(_ outcomes: [PushAttemptOutcome], now: Int64) async throws -> Int
+    /// Hands back claimed jobs that their claim never sent: due again at once, that claim's attempt not counted. A job
+    /// no longer pending under the claim token it was handed out with is left as it is.
+    func returnUnsentPushJobs(_ jobs: [PushJob]) async throws
     /// Lets go of every claim: the one process pushing from this store restarted, so nobody holds them any more.
     func releasePushClaims() async throws
     /// Delivery records, newest first, that match `filter`.

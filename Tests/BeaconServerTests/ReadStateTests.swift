@@ -6,37 +6,12 @@ import Foundation
 import Testing
 
 private let phone = String(repeating: "cd", count: 32)
-private let tablet = String(repeating: "ce", count: 32)
 
 /// Read state, badge = unread count, and the background push that withdraws what was read elsewhere (issue 11).
 @Suite struct ReadStateTests {
     private static func sendText(_ beacon: TestBeacon, from: String, to: String, _ text: String) async throws -> String {
         let sent = try await beacon.rest("POST", "/messages/users", ["from": .string(from), "to": [.string(to)], "type": "txt", "body": ["msg": .string(text)]])
         return try #require(sent.json["data"]?[to]?.stringValue)
-    }
-
-    /// A device's pushes reach APNs one after another, in the order they were decided, also when one claim takes them
-    /// together: sent at once they could arrive in either order, and the phone would show the older badge last.
-    @Test func aDevicesPushesGoOneAfterAnotherInOrder() async throws {
-        try await withPushBeacon { beacon, simulator in
-            try await beacon.createUsers("alice", "bob", "carol")
-            try await beacon.uploadP8()
-            _ = try await beacon.bind("bob", device: "iphone", token: phone)
-            _ = try await beacon.bind("carol", device: "ipad", token: tablet)
-            // Every answer takes 300 ms: while carol's push waits for its answer, bob's three are recorded, and the
-            // worker's next claim takes them together.
-            var slow = SimulatorFaults()
-            slow.delayMilliseconds = 300
-            simulator.setFaults(slow)
-            _ = try await Self.sendText(beacon, from: "alice", to: "carol", "first")
-            try await simulator.waitForDeliveries(deviceToken: tablet, count: 1)
-            for text in ["one", "two", "three"] { _ = try await Self.sendText(beacon, from: "alice", to: "bob", text) }
-            try await simulator.waitForDeliveries(deviceToken: phone, count: 3)
-            let pushes = simulator.deliveries(deviceToken: phone)
-            #expect(pushes.map(\.payload.badge) == [1, 2, 3])
-            // Each went when the one before was answered (300 ms after it arrived), not beside it.
-            #expect(zip(pushes, pushes.dropFirst()).allSatisfy { $1.receivedAt - $0.receivedAt >= 250 }, "\(pushes.map(\.receivedAt))")
-        }
     }
 
     @Test func readingOnTheLaptopWithdrawsThePhonesNotificationsWithTheNewBadge() async throws {

@@ -393,6 +393,17 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             // Finished records go with retention; pending ones stay whatever their age.
             _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).map(\.status) == [.pending])
+            // A job its claim never sent, handed back: due again at once, that attempt not counted; a stale claim's hand-back
+            // changes nothing.
+            let unsent = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+            #expect(unsent.map(\.attempts) == [3])
+            try await store.returnUnsentPushJobs(unsent)
+            let handedBack = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+            #expect(handedBack.map(\.id) == unsent.map(\.id))
+            #expect(handedBack.map(\.attempts) == [3])
+            try await store.returnUnsentPushJobs(unsent)
+            #expect(try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10).isEmpty)
+            try await store.returnUnsentPushJobs(handedBack)
             // A claim released (restart) is due again at once.
             _ = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
             try await store.releasePushClaims()

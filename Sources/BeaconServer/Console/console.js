@@ -495,17 +495,20 @@ async function renderDevices(target, path, errorArea) {
   const isOnline = (id) => Boolean(devices.get(id) && devices.get(id).online);
   const state = (id) => el("td", { class: isOnline(id) ? "online" : "offline" }, isOnline(id) ? "online" : "offline");
   const lastSeen = (id) => el("td", {}, devices.get(id) && devices.get(id).last_seen ? time(devices.get(id).last_seen) : isOnline(id) ? "now" : "never");
-  /** A button that asks, runs `action`, then shows the devices again (or the error). */
+  /** A button that asks, runs `run` (disabled meanwhile), then shows the devices again with the notice `run` answers, or the error. */
   const action = (label, id, question, failure, run) => {
     const button = el("button", { type: "button", class: "danger", "aria-label": `${label} ${id}` }, label);
     button.addEventListener("click", async () => {
       if (!window.confirm(question)) return;
       errorArea.textContent = "";
+      button.disabled = true;
       try {
-        await run();
+        const notice = await run();
         await renderDevices(target, path, errorArea);
+        if (notice) errorArea.textContent = notice;
       } catch (error) {
         errorArea.textContent = `${failure}: ${error.message}`;
+        button.disabled = false;
       }
     });
     return button;
@@ -514,7 +517,7 @@ async function renderDevices(target, path, errorArea) {
     ? action("Disconnect", id, `Disconnect device ${id}? The app there stops and asks to sign in again; other devices stay.`,
       `Could not disconnect ${id}`, async () => {
         await call("DELETE", `${path}/disconnect/${encodeURIComponent(id)}`);
-        if (!(await untilOffline(path, id))) throw new Error("asked to close, it still counts as online after 10 s");
+        return (await untilOffline(path, id)) ? "" : `${id} was asked to close its connection and still counts as online after 10 s.`;
       })
     : null;
   target.replaceChildren(el("table", {},
@@ -523,14 +526,14 @@ async function renderDevices(target, path, errorArea) {
       lastSeen(b.device_id), el("td", {}, b.notifier_name), el("td", { class: "mono" }, b.device_token), el("td", { class: "mono" }, b.voip_token || ""),
       el("td", { class: "actions" },
         action("Unbind", b.device_id, `Unbind device ${b.device_id}? It gets no pushes until the app binds it again.`, `Could not unbind ${b.device_id}`,
-          () => call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name })),
+          async () => { await call("PUT", `${path}/push/binding`, { device_id: b.device_id, device_token: "", notifier_name: b.notifier_name }); }),
         disconnect(b.device_id)))),
     unbound.map((id) => el("tr", { "data-device": id }, el("td", { class: "mono" }, id), state(id), lastSeen(id),
       el("td", { colspan: "3" }, "not bound for push"), el("td", { class: "actions" }, disconnect(id)))))));
 }
 
 /**
- * Waits, about 10 s at most, until the device no longer counts as online (then true): a disconnect asks its connection
+ * Waits, 40 reads 250 ms apart at most, until the device no longer counts as online (then true): a disconnect asks its connection
  * to close, and the server marks it offline when the session has ended (after the close handshake and its clean-up).
  */
 async function untilOffline(path, id) {
