@@ -51,7 +51,8 @@ final class PushWorker: Service, Sendable {
     /// A send that waited longer than this after its claim checks its binding again before it goes.
     static let recheckAfter: Duration = .seconds(1)
     /// A device's later jobs in a claim start only this long after it; the rest are handed back, due again at once, so
-    /// that a device behind a slow APNs holds its round up one send past this at most (well within the lease).
+    /// that a device behind a slow APNs holds its round up one send past this at most. (That one send may itself wait
+    /// for a turn and a stream past the lease: true of any send.)
     static let sequenceBudget: Duration = .seconds(10)
 
     init(
