@@ -86,21 +86,30 @@ public final class APNsClient: Sendable {
     ///
     /// `stillWanted`, when given, is asked once the notification has its turn and a stream, just before it is written:
     /// false ends it with `APNsFailure.withdrawn` (the waits before can be long when APNs is slow or unreachable).
+    ///
+    /// `deadline`, when given, is when the send must be over, answer included (a sender's lease on the job): the request
+    /// is written only while its whole `requestTimeout` still fits before it, checked on the connection's event loop just
+    /// before its HEADERS go out, and every wait before (the in-flight limit, a connection, a stream slot) ends by that
+    /// moment too. Past it the send ends with `APNsFailure.deadlinePassed`: nothing was written, so another try cannot
+    /// make a duplicate.
     public func send(
-        _ notification: APNsNotification, stillWanted: (@Sendable () async -> Bool)? = nil
+        _ notification: APNsNotification, deadline: ContinuousClock.Instant? = nil, stillWanted: (@Sendable () async -> Bool)? = nil
     ) async throws(APNsFailure) -> APNsAccepted {
         if let field = notification.unwritableField { throw .invalidRequest("\(field) holds a character HTTP/2 does not allow there") }
+        let writeBy = deadline.map { $0 - configuration.requestTimeout }
+        if let writeBy, writeBy <= .now { throw .deadlinePassed }
         do {
-            try await limiter.waitForTurn(timeout: configuration.waitTimeout)
+            try await limiter.waitForTurn(timeout: configuration.waitTimeout, until: writeBy)
         } catch let failure as APNsFailure {
-            throw failure
+            throw failure == .timeout && Self.deadlinePassed(writeBy) ? .deadlinePassed : failure
         } catch {
             throw .connectionLost("cancelled")
         }
         defer { limiter.release() }
         do {
-            return try await connection().send(
-                notification, timeout: configuration.requestTimeout, waitTimeout: configuration.waitTimeout, stillWanted: stillWanted)
+            return try await connection(by: writeBy).send(
+                notification, timeout: configuration.requestTimeout, waitTimeout: configuration.waitTimeout, writeBy: writeBy,
+                stillWanted: stillWanted)
         } catch let failure as APNsFailure {
             throw failure
         } catch is CancellationError {
@@ -108,6 +117,11 @@ public final class APNsClient: Sendable {
         } catch {
             throw .connectionLost("\(error)")
         }
+    }
+
+    /// Whether `writeBy` is given and has passed (a wait that timed out then ended because of it).
+    static func deadlinePassed(_ writeBy: ContinuousClock.Instant?) -> Bool {
+        writeBy.map { $0 <= .now } ?? false
     }
 
     /// Closes every connection; sends waiting for their turn fail, later ones too.
@@ -132,7 +146,7 @@ public final class APNsClient: Sendable {
     /// A usable connection: the least busy of the pool. Load opens the pool's other connections as it grows
     /// (fewer streams per connection cost less in HTTP/2 bookkeeping), and a slot whose connection went away
     /// is reconnected.
-    private func connection() async throws -> APNsConnection {
+    private func connection(by writeBy: ContinuousClock.Instant?) async throws -> APNsConnection {
         if retired.load(ordering: .relaxed) { throw APNsFailure.connectionLost("client retired") }
         let start = next.wrappingAdd(1, ordering: .relaxed).oldValue
         var best: APNsConnection?
@@ -147,7 +161,7 @@ public final class APNsClient: Sendable {
         }
         if let best, best.inFlight == 0 || idleSlot == nil, best.inFlight < best.state.maxStreams { return best }
         let slot = idleSlot ?? slots[start % slots.count]
-        return try await slot.connection {
+        return try await slot.connection(by: writeBy) {
             try await APNsConnection.connect(
                 to: self.endpoint, credentials: self.credentials,
                 settings: .init(
@@ -174,7 +188,10 @@ public final class APNsClient: Sendable {
             state.withLock { $0.connection?.isUsable == true ? $0.connection : nil }
         }
 
+        /// The slot's connection, opened (or being opened) for a caller that gives up waiting at `writeBy`
+        /// (`APNsFailure.deadlinePassed`; the connect goes on for the next caller).
         func connection(
+            by writeBy: ContinuousClock.Instant?,
             _ connect: @escaping @Sendable () async throws -> APNsConnection, backoff: @escaping @Sendable () -> (Duration, Duration)
         ) async throws -> APNsConnection {
             let task = state.withLock { state -> Task<APNsConnection, any Error> in
@@ -205,7 +222,7 @@ public final class APNsClient: Sendable {
                 return task
             }
             do {
-                let connection = try await task.value
+                let connection = try await waitForValue(of: task, by: writeBy)
                 state.withLock { state in
                     if state.connecting != nil {
                         state.connection = connection
@@ -214,6 +231,8 @@ public final class APNsClient: Sendable {
                     }
                 }
                 return connection
+            } catch let failure as APNsFailure where failure == .deadlinePassed {
+                throw failure  // this caller stopped waiting; the connect goes on
             } catch {
                 state.withLock { state in
                     if state.connecting != nil {
@@ -242,6 +261,73 @@ public final class APNsClient: Sendable {
                 defer { state.connection = nil }
                 return state.connection
             }
+        }
+    }
+}
+
+/// The value of `task`, or `APNsFailure.deadlinePassed` once `deadline` has passed first; the task goes on either way
+/// (other callers may be waiting for it). Without a deadline, simply the task's value.
+func waitForValue<T: Sendable>(of task: Task<T, any Error>, by deadline: ContinuousClock.Instant?) async throws -> T {
+    guard let deadline else { return try await task.value }
+    let outcome = FirstResult<T>()
+    Task {
+        do {
+            outcome.resolve(.success(try await task.value))
+        } catch {
+            outcome.resolve(.failure(error))
+        }
+    }
+    let timer = Task {
+        // Cancelled once the value came: then it resolves nothing.
+        guard (try? await Task.sleep(until: deadline, clock: .continuous)) != nil else { return }
+        outcome.resolve(.failure(APNsFailure.deadlinePassed))
+    }
+    defer { timer.cancel() }
+    return try await outcome.value()
+}
+
+/// The first of several results offered (later ones are dropped), handed to one waiter.
+private final class FirstResult<T: Sendable>: Sendable {
+    private enum State {
+        case empty
+        case waiting(CheckedContinuation<T, any Error>)
+        case resolved(Result<T, any Error>)
+        case handedOver
+    }
+
+    private let state = Mutex<State>(.empty)
+
+    func resolve(_ result: Result<T, any Error>) {
+        let waiter: CheckedContinuation<T, any Error>? = state.withLock { state in
+            switch state {
+            case .empty:
+                state = .resolved(result)
+                return nil
+            case .waiting(let continuation):
+                state = .handedOver
+                return continuation
+            case .resolved, .handedOver:
+                return nil
+            }
+        }
+        waiter?.resume(with: result)
+    }
+
+    func value() async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready: Result<T, any Error>? = state.withLock { state in
+                switch state {
+                case .resolved(let result):
+                    state = .handedOver
+                    return result
+                case .empty:
+                    state = .waiting(continuation)
+                    return nil
+                case .waiting, .handedOver:
+                    return .failure(CancellationError())  // one waiter only
+                }
+            }
+            if let ready { continuation.resume(with: ready) }
         }
     }
 }

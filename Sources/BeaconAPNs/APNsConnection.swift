@@ -75,25 +75,34 @@ final class APNsConnection: Sendable {
             channel: channel, streams: streams, authority: endpoint.host, signingKey: signingKey, settings: settings, state: state)
     }
 
-    /// Sends one notification on its own stream, once its turn for a stream slot comes (within `waitTimeout`).
-    /// Answers or throws `APNsFailure` within `timeout` of the stream opening; an `ExpiredProviderToken` answer
-    /// replaces the token that failed (unless another request already did) and retries once.
+    /// Sends one notification on its own stream, once its turn for a stream slot comes (within `waitTimeout`, and by
+    /// `writeBy` when given). Answers or throws `APNsFailure` within `timeout` of the stream opening; an
+    /// `ExpiredProviderToken` answer replaces the token that failed (unless another request already did) and retries once.
+    /// A request is written only before `writeBy` (checked on the event loop, just before its HEADERS): past it the send
+    /// ends with `APNsFailure.deadlinePassed`.
     func send(
-        _ notification: APNsNotification, timeout: Duration, waitTimeout: Duration, stillWanted: (@Sendable () async -> Bool)?
+        _ notification: APNsNotification, timeout: Duration, waitTimeout: Duration, writeBy: ContinuousClock.Instant?,
+        stillWanted: (@Sendable () async -> Bool)?
     ) async throws -> APNsAccepted {
-        try await state.waitForTurn(timeout: waitTimeout)
+        do {
+            try await state.waitForTurn(timeout: waitTimeout, until: writeBy)
+        } catch APNsFailure.timeout where APNsClient.deadlinePassed(writeBy) {
+            throw APNsFailure.deadlinePassed
+        }
         defer { if state.releaseStream() { close(reason: "drained after GOAWAY or replacement") } }
         if let stillWanted, !(await stillWanted()) { throw APNsFailure.withdrawn }
         let token = try signingKey.map { try providerToken($0, replacing: nil) }
         do {
-            return try await send(notification, token: token, timeout: timeout)
+            return try await send(notification, token: token, timeout: timeout, writeBy: writeBy)
         } catch let failure as APNsFailure {
             guard case .rejected(403, .expiredProviderToken, _, _) = failure, let signingKey else { throw failure }
-            return try await send(notification, token: try providerToken(signingKey, replacing: token), timeout: timeout)
+            return try await send(notification, token: try providerToken(signingKey, replacing: token), timeout: timeout, writeBy: writeBy)
         }
     }
 
-    private func send(_ notification: APNsNotification, token: String?, timeout: Duration) async throws -> APNsAccepted {
+    private func send(
+        _ notification: APNsNotification, token: String?, timeout: Duration, writeBy: ContinuousClock.Instant?
+    ) async throws -> APNsAccepted {
         var headers: HPACKHeaders = [
             ":method": "POST", ":scheme": "https", ":path": "/3/device/\(notification.deviceToken)", ":authority": authority,
             "apns-topic": notification.topic, "apns-push-type": notification.pushType.rawValue,
@@ -105,7 +114,10 @@ final class APNsConnection: Sendable {
         if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
         // One hop to the event loop, where the request is written on a new stream.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
-        let request = StreamsHandler.Request(headers: headers, body: ByteBuffer(bytes: notification.payload), timeout: timeout, response: response)
+        // The event loop's clock for the last moment the request may be written (NIO's deadlines are not ContinuousClock's).
+        let writeByOnLoop = writeBy.map { NIODeadline.now() + .nanoseconds(ContinuousClock.now.duration(to: $0).nanoseconds) }
+        let request = StreamsHandler.Request(
+            headers: headers, body: ByteBuffer(bytes: notification.payload), timeout: timeout, writeBy: writeByOnLoop, response: response)
         let streams = self.streams
         channel.eventLoop.execute { streams.value.open(request) }
         let answer: StreamResponse

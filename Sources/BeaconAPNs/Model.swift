@@ -179,6 +179,8 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case withdrawn
     /// The notification cannot be written as it is (a header value HTTP/2 does not allow); never sent, never worth a retry.
     case invalidRequest(String)
+    /// The send's deadline came before the request could be written with time left for its answer: never sent.
+    case deadlinePassed
 
     public var description: String {
         switch self {
@@ -189,6 +191,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .connectFailed(let why): "could not connect: \(why)"
         case .withdrawn: "withdrawn by the sender before it was sent"
         case .invalidRequest(let why): "cannot be sent: \(why)"
+        case .deadlinePassed: "not sent: its deadline came first"
         }
     }
 
@@ -197,7 +200,7 @@ public enum APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .rejected(let status, let reason, _, _):
             status == 429 || status >= 500 || reason == .idleTimeout
-        case .timeout, .connectionLost, .connectFailed: true
+        case .timeout, .connectionLost, .connectFailed, .deadlinePassed: true
         case .withdrawn, .invalidRequest: false
         }
     }

@@ -54,6 +54,9 @@ final class StreamsHandler: ChannelInboundHandler {
         var headers: HPACKHeaders
         var body: ByteBuffer
         var timeout: Duration
+        /// The last moment the request may be written (its sender's deadline, less the answer's time): past it the request
+        /// fails with `APNsFailure.deadlinePassed`, unwritten.
+        var writeBy: NIODeadline?
         var response: EventLoopPromise<StreamResponse>
     }
 
@@ -112,6 +115,11 @@ final class StreamsHandler: ChannelInboundHandler {
 
     /// Writes `request` on a new stream; its answer or failure completes `request.response`.
     func open(_ request: Request) {
+        // The last check before the HEADERS: a request written later could still be in flight when its sender's lease on
+        // the job runs out, and another sender sends it again.
+        if let writeBy = request.writeBy, writeBy <= .now() {
+            return request.response.fail(APNsFailure.deadlinePassed)
+        }
         // A GOAWAY read before this turn came (the event loop handles I/O before queued tasks, so under load this is the
         // usual order): a stream now would be created after GOAWAY, a connection error in swift-nio-http2. Nothing was
         // sent, so it fails as unprocessed (safe to send elsewhere).

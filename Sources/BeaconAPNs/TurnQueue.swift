@@ -27,11 +27,11 @@ struct Waiter {
 private let waiterIDs = Atomic<UInt64>(0)
 
 extension TurnQueue {
-    /// Waits for a turn for at most `timeout` (give or take the owner's sweep interval).
-    func waitForTurn(timeout: Duration) async throws {
+    /// Waits for a turn for at most `timeout`, and not past `cutoff` when given (give or take the owner's sweep interval).
+    func waitForTurn(timeout: Duration, until cutoff: ContinuousClock.Instant? = nil) async throws {
         if let now = takeTurnIfFree() { return try now.get() }
         let id = waiterIDs.wrappingAdd(1, ordering: .relaxed).oldValue
-        let deadline = ContinuousClock.now + timeout
+        let deadline = cutoff.map { min($0, ContinuousClock.now + timeout) } ?? ContinuousClock.now + timeout
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 if let now = takeTurnOrQueue(Waiter(id: id, deadline: deadline, continuation: continuation)) { continuation.resume(with: now) }
@@ -43,13 +43,17 @@ extension TurnQueue {
 }
 
 /// The queue of a `TurnQueue`, kept inside its owner's lock. Waiters of one queue share a timeout, so the queue is in
-/// deadline order too.
+/// deadline order too, unless a sender's own deadline (`waitForTurn(timeout:until:)`) cut a wait shorter: then the
+/// sweep looks through the whole queue until it is in order again.
 struct Waiters {
     private var queue = CircularBuffer<Waiter>()
+    /// Whether the queue is in deadline order (the overdue are at its front).
+    private var inDeadlineOrder = true
 
     var isEmpty: Bool { queue.isEmpty }
 
     mutating func append(_ waiter: Waiter) {
+        if let last = queue.last, waiter.deadline < last.deadline { inDeadlineOrder = false }
         queue.append(waiter)
     }
 
@@ -65,14 +69,32 @@ struct Waiters {
     /// Removes the waiters whose deadline has passed.
     mutating func removeOverdue(now: ContinuousClock.Instant) -> [CheckedContinuation<Void, any Error>] {
         var overdue: [CheckedContinuation<Void, any Error>] = []
-        while let first = queue.first, first.deadline <= now {
-            overdue.append(queue.removeFirst().continuation)
+        if inDeadlineOrder {
+            while let first = queue.first, first.deadline <= now {
+                overdue.append(queue.removeFirst().continuation)
+            }
+            return overdue
         }
+        var kept = CircularBuffer<Waiter>(initialCapacity: queue.count)
+        var ordered = true
+        for waiter in queue {
+            if waiter.deadline <= now {
+                overdue.append(waiter.continuation)
+            } else {
+                if let last = kept.last, waiter.deadline < last.deadline { ordered = false }
+                kept.append(waiter)
+            }
+        }
+        queue = kept
+        inDeadlineOrder = ordered
         return overdue
     }
 
     mutating func removeAll() -> [CheckedContinuation<Void, any Error>] {
-        defer { queue.removeAll() }
+        defer {
+            queue.removeAll()
+            inDeadlineOrder = true
+        }
         return queue.map(\.continuation)
     }
 }

@@ -82,6 +82,9 @@ public enum ConnectionEvent: Sendable, Equatable {
     case replaced
     /// The server logged this user out, or no longer accepts its token; the client stops reconnecting.
     case kicked
+    /// The server sent a frame this SDK cannot read (`reason` says why): the connection is closed at once, so that
+    /// nothing after it is acknowledged, and opened again after the reconnect delay — the message stays on the server.
+    case unreadableFrame(reason: String)
 }
 
 /// The Beacon client SDK: logs in, keeps a WebSocket open (reconnecting and syncing by itself),
@@ -126,6 +129,8 @@ public actor BeaconClient {
     private static let ackBatch: Int64 = 200
     /// Set when the server said this connection must not come back (kicked, replaced).
     private var stopReconnecting = false
+    /// The last connection ended on a frame this SDK could not read: the next waits out a growing delay.
+    private var endedOnUnreadableFrame = false
 
     public init(options: BeaconOptions, logger: Logger = Logger(label: "beacon.client")) {
         self.options = options
@@ -289,12 +294,16 @@ public actor BeaconClient {
                 ) { inbound, outbound, _ in
                     await self.connected(outbound)
                     for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message, let frame = try? ServerFrame(json: text)
-                        else { continue }
-                        await self.handle(frame, outbound: outbound)
+                        guard case .text(let text) = message else { continue }
+                        switch await self.read(text) {
+                        case .frame(let frame): await self.handle(frame, outbound: outbound)
+                        case .unknown: continue
+                        case .unreadable: return  // ends the connection: nothing after it is acknowledged
+                        }
                     }
                 }
-                delay = options.reconnectDelay
+                // A connection ended on an unreadable frame backs off like a failed one instead of looping on it.
+                if !endedOnUnreadableFrame { delay = options.reconnectDelay }
             } catch {
                 logger.debug("connection failed", metadata: ["error": "\(error)"])
                 if await tokenWasRefused() { stopReconnecting = true }
@@ -304,6 +313,38 @@ public actor BeaconClient {
             try? await Task.sleep(for: delay)
             delay = min(delay * 2, options.maxReconnectDelay)
         }
+    }
+
+    /// What a text frame from the server is to this SDK.
+    private enum Reading {
+        case frame(ServerFrame)
+        /// A frame of a kind this version does not know (a newer server's): skipped.
+        case unknown
+        /// Not JSON this SDK reads (too deep, malformed), or a `msg` frame whose message cannot be read: reported as
+        /// `unreadableFrame`, and the connection ends.
+        case unreadable
+    }
+
+    private func read(_ text: String) -> Reading {
+        endedOnUnreadableFrame = false
+        let reason: String
+        do {
+            let value = try JSONReader.value(of: text)
+            do {
+                let frame = try ServerFrame(jsonValue: value)
+                guard case .message(_, let wire) = frame, wire.message == nil else { return .frame(frame) }
+                reason = "a msg frame whose message id is not a 64-bit number"
+            } catch {
+                guard value["op"]?.stringValue == "msg" else { return .unknown }
+                reason = "\(error)"
+            }
+        } catch {
+            reason = "\(error)"
+        }
+        logger.error("unreadable frame from the server", metadata: ["reason": "\(reason)"])
+        endedOnUnreadableFrame = true
+        eventSink.yield(.unreadableFrame(reason: reason))
+        return .unreadable
     }
 
     private func handle(_ frame: ServerFrame, outbound: WebSocketOutboundWriter) async {

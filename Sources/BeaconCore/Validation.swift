@@ -58,10 +58,18 @@ public enum Validation {
         }
     }
 
-    /// Checks a message's type against its body and its size against the 5 KB limit.
+    /// How deep a message's `body`, and its `ext`, may nest objects and arrays (the body or ext object itself is level
+    /// 1). Every reader of a message — the SDK, the cluster's relay, the stores — reads it inside two or three levels of
+    /// its own, well within their limit of `JSONReader.maxDepth`.
+    public static let maxMessageDepth = 64
+
+    /// Checks a message's type against its body, its nesting against `maxMessageDepth` and its size against the 5 KB limit.
     public static func validateContent(type: MessageType, body: JSONValue, ext: [String: JSONValue]) throws(BeaconError) {
         guard case .object(let fields) = body else {
             throw .illegal("body must be a JSON object")
+        }
+        for (name, value) in [("body", body), ("ext", JSONValue.object(ext))] where nests(value, deeperThan: maxMessageDepth) {
+            throw .illegal("\(name) nests objects and arrays deeper than \(maxMessageDepth) levels")
         }
         func requireString(_ key: String) throws(BeaconError) {
             guard fields[key]?.stringValue != nil else {
@@ -81,6 +89,15 @@ public enum Validation {
         let size = encodedSize(body) + encodedSize(.object(ext))
         guard size <= maxMessageBytes else {
             throw BeaconError(.requestTooLarge, "body + ext is \(size) bytes; the limit is \(maxMessageBytes)")
+        }
+    }
+
+    /// Whether `value` has objects or arrays nested more than `limit` levels deep (a scalar has none, `{}` one).
+    static func nests(_ value: JSONValue, deeperThan limit: Int) -> Bool {
+        switch value {
+        case .object(let fields): return limit <= 0 || fields.values.contains { nests($0, deeperThan: limit - 1) }
+        case .array(let items): return limit <= 0 || items.contains { nests($0, deeperThan: limit - 1) }
+        default: return false
         }
     }
 

@@ -168,6 +168,27 @@ extension PostgresStore: ClusterStore {
             """) == 1
     }
 
+    public func reconcilePresence(node: Int64, live: @Sendable () -> Set<Int64>) async throws -> [DeviceKey] {
+        // Read before `live` is asked: each row read was committed after its connection registered on the node, so a
+        // connection missing from `live` (asked afterwards) had ended there.
+        let recorded = try await rows("SELECT connection_id FROM device_presence WHERE node_epoch = \(node)").map {
+            try $0["connection_id"].decode(Int64.self)
+        }
+        guard !recorded.isEmpty else { return [] }
+        let ended = Set(recorded).subtracting(live())
+        guard !ended.isEmpty else { return [] }
+        return try await rows(
+            """
+            DELETE FROM device_presence WHERE node_epoch = \(node) AND connection_id = ANY(\(ended.sorted()))
+            RETURNING app_id, username, device_id
+            """
+        ).map { row in
+            DeviceKey(
+                app: try row["app_id"].decode(Int64.self), username: try row["username"].decode(String.self),
+                deviceID: try row["device_id"].decode(String.self))
+        }
+    }
+
     public func connectedDeviceCount(app: Int64) async throws -> Int {
         Int(try await rows("SELECT COUNT(*) AS n FROM device_presence WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0)
     }

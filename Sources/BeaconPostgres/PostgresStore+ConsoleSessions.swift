@@ -30,6 +30,10 @@ extension PostgresStore {
         try await execute("DELETE FROM console_sessions WHERE digest = \(digest) RETURNING 1") > 0
     }
 
+    public func deleteAllConsoleSessions() async throws -> Int {
+        try await execute("DELETE FROM console_sessions RETURNING 1")
+    }
+
     public func activity(app: Int64, since: Int64) async throws -> AppActivity {
         let users = try await rows("SELECT COUNT(*) AS n FROM users WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0
         // By id, a range of the primary key: ids are time-ordered.

@@ -144,13 +144,15 @@ extension PostgresStore {
         let apps = cursors.map(\.app)
         let usernames = cursors.map(\.username)
         let devices = cursors.map(\.device)
+        let userIDs = cursors.map { $0.userID ?? "" }  // "": any holder of the name (postgres-nio has no arrays of optionals)
         let seqs = cursors.map { max($0.seq, 0) }
         try await execute(
             """
             INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at)
             SELECT c.app_id, c.username, c.device_id, LEAST(c.seq, u.inbox_seq), \(now)
-            FROM unnest(\(apps)::bigint[], \(usernames)::text[], \(devices)::text[], \(seqs)::bigint[]) AS c(app_id, username, device_id, seq)
-            JOIN users u ON u.app_id = c.app_id AND u.username = c.username
+            FROM unnest(\(apps)::bigint[], \(usernames)::text[], \(userIDs)::text[], \(devices)::text[], \(seqs)::bigint[])
+                AS c(app_id, username, uid, device_id, seq)
+            JOIN users u ON u.app_id = c.app_id AND u.username = c.username AND (c.uid = '' OR u.uuid = c.uid)
             ORDER BY c.app_id, c.username, c.device_id
             FOR KEY SHARE OF u
             ON CONFLICT (app_id, username, device_id)

@@ -157,12 +157,14 @@ extension PostgresStore {
 
     // MARK: Jobs
 
-    public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {
-        try await execute(
+    public func bindingHolds(for claimed: PushJob) async throws -> Bool {
+        let job = claimed.job
+        return try await execute(
             """
-            SELECT 1 FROM push_bindings WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID)
+            SELECT 1 FROM push_bindings WHERE app_id = \(claimed.appID) AND username = \(job.username) AND device_id = \(job.deviceID)
                 AND notifier = \(job.notifier)
                 AND (CASE WHEN \(job.pushType) = 'voip' THEN voip_token ELSE device_token END) = \(job.deviceToken)
+                AND EXISTS (SELECT 1 FROM push_jobs WHERE id = \(claimed.id) AND claim_token = \(claimed.claimToken) AND status = 'pending')
             """) > 0
     }
 

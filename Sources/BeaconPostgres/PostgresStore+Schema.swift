@@ -304,5 +304,12 @@ extension PostgresStore {
                 """,
                 "CREATE INDEX console_sessions_by_expiry ON console_sessions (expires_at)",
             ]),
+        Migration(
+            version: "v7-app-credentials",
+            sql: [
+                // App tokens issued before a rotation of the client secret are refused (`rotateClientSecret`).
+                "ALTER TABLE apps ADD COLUMN tokens_valid_after BIGINT NOT NULL DEFAULT 0",
+                "CREATE INDEX console_sessions_by_app ON console_sessions (app_id)",
+            ]),
     ]
 }

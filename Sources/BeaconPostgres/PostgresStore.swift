@@ -180,7 +180,22 @@ public final class PostgresStore: BeaconStore {
         try await rows("SELECT \(unescaped: Self.appColumns) FROM apps ORDER BY id").map(Self.app(from:))
     }
 
-    private static let appColumns = "id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at"
+    public func rotateClientSecret(app: Int64, newSecretHash: String, now: Int64) async throws -> AppRecord? {
+        try await transaction { connection in
+            let updated = try await connection.query(
+                """
+                UPDATE apps SET client_secret_hash = \(newSecretHash), tokens_valid_after = GREATEST(tokens_valid_after, \(now))
+                WHERE id = \(app) RETURNING \(unescaped: Self.appColumns)
+                """, logger: logger
+            ).collect().map { $0.makeRandomAccess() }
+            guard let row = updated.first else { return nil }
+            try await connection.query("DELETE FROM console_sessions WHERE app_id = \(app)", logger: logger)
+            return try Self.app(from: row)
+        }
+    }
+
+    private static let appColumns =
+        "id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at, tokens_valid_after"
 
     private static func app(from row: PostgresRandomAccessRow) throws -> AppRecord {
         AppRecord(
@@ -189,7 +204,7 @@ public final class PostgresStore: BeaconStore {
             limits: OfflineLimits(
                 perChat: try row["per_chat"].decode(Int.self), perGroup: try row["per_group"].decode(Int.self),
                 maxAgeSeconds: try row["max_age_seconds"].decode(Int64.self)),
-            createdAt: try row["created_at"].decode(Int64.self))
+            createdAt: try row["created_at"].decode(Int64.self), tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self))
     }
 
     // MARK: Users
@@ -275,14 +290,28 @@ public final class PostgresStore: BeaconStore {
                     PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE app_id = $1 AND username = $2", binds: Self.binds(app, username)),
                     logger: logger)
             }
+            // Pending jobs end `skipped` first, so that the webhook's trigger reports them, then every record of the user's
+            // pushes goes: a user created again under the name must not read them.
             try await connection.query(
                 """
                 UPDATE push_jobs SET status = 'skipped', last_reason = 'user_deleted', updated_at = \(now), claimed_until = 0
                 WHERE app_id = \(app) AND username = \(username) AND status = 'pending'
                 """, logger: logger)
-            // A user created again under the name counts read-state versions from 1: the old withdrawals must not look newer.
             try await connection.query(
-                "UPDATE push_jobs SET read_version = 0 WHERE app_id = \(app) AND username = \(username) AND read_version != 0", logger: logger)
+                "DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM push_jobs WHERE app_id = \(app) AND username = \(username))",
+                logger: logger)
+            try await connection.query("DELETE FROM push_jobs WHERE app_id = \(app) AND username = \(username)", logger: logger)
+            // Each group the user owned goes to its longest-standing member (earliest joined, then by name), or is dissolved
+            // when no member is left (the memberships are gone already).
+            try await connection.query(
+                """
+                UPDATE chat_groups g SET owner = heir.username
+                FROM (SELECT DISTINCT ON (m.group_id) m.group_id, m.username FROM group_members m
+                      JOIN chat_groups o ON o.app_id = m.app_id AND o.id = m.group_id AND o.owner = \(username)
+                      WHERE m.app_id = \(app) ORDER BY m.group_id, m.joined_at, m.username COLLATE "C") heir
+                WHERE g.app_id = \(app) AND g.id = heir.group_id AND g.owner = \(username)
+                """, logger: logger)
+            try await connection.query("DELETE FROM chat_groups WHERE app_id = \(app) AND owner = \(username)", logger: logger)
             try await connection.query(
                 """
                 DELETE FROM send_receipts WHERE app_id = \(app)

@@ -32,6 +32,13 @@ extension SQLiteStore {
         }
     }
 
+    public func deleteAllConsoleSessions() async throws -> Int {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM console_sessions")
+            return db.changesCount
+        }
+    }
+
     public func activity(app: Int64, since: Int64) async throws -> AppActivity {
         try await read { db in
             let users = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM users WHERE app_id = ?", arguments: [app]) ?? 0

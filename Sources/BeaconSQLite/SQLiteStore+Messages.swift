@@ -88,7 +88,8 @@ extension SQLiteStore {
     public func acknowledge(_ cursors: [DeviceCursor], now: Int64) async throws {
         guard !cursors.isEmpty else { return }
         try await write { db in
-            let top = try db.cachedStatement(sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ?")
+            let top = try db.cachedStatement(
+                sql: "SELECT inbox_seq FROM users WHERE app_id = ? AND username = ? AND (? IS NULL OR uuid = ?)")
             let upsert = try db.cachedStatement(
                 sql: """
                     INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (?, ?, ?, ?, ?)
@@ -96,7 +97,7 @@ extension SQLiteStore {
                     DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
                     """)
             for cursor in cursors {
-                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username]) else { continue }
+                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username, cursor.userID, cursor.userID]) else { continue }
                 try upsert.execute(arguments: [cursor.app, cursor.username, cursor.device, min(max(cursor.seq, 0), highest), now])
             }
         }

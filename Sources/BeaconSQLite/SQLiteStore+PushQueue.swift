@@ -156,15 +156,19 @@ extension SQLiteStore {
 
     // MARK: Jobs
 
-    public func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool {
-        try await read { db in
+    public func bindingHolds(for claimed: PushJob) async throws -> Bool {
+        let job = claimed.job
+        return try await read { db in
             try Bool.fetchOne(
                 db,
                 sql: """
                     SELECT EXISTS (SELECT 1 FROM push_bindings WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ?
                         AND (CASE WHEN ? = 'voip' THEN voip_token ELSE device_token END) = ?)
+                    AND EXISTS (SELECT 1 FROM push_jobs WHERE id = ? AND claim_token = ? AND status = 'pending')
                     """,
-                arguments: [app, job.username, job.deviceID, job.notifier, job.pushType, job.deviceToken]) ?? false
+                arguments: [
+                    claimed.appID, job.username, job.deviceID, job.notifier, job.pushType, job.deviceToken, claimed.id, claimed.claimToken,
+                ]) ?? false
         }
     }
 

@@ -263,6 +263,14 @@ public final class SQLiteStore: BeaconStore {
                     CREATE INDEX console_sessions_by_expiry ON console_sessions (expires_at);
                     """)
         }
+        migrator.registerMigration("v11-app-credentials") { db in
+            // App tokens issued before a rotation of the client secret are refused (`rotateClientSecret`).
+            try db.execute(
+                sql: """
+                    ALTER TABLE apps ADD COLUMN tokens_valid_after INTEGER NOT NULL DEFAULT 0;
+                    CREATE INDEX console_sessions_by_app ON console_sessions (app_id);
+                    """)
+        }
         return migrator
     }
 
@@ -354,7 +362,18 @@ public final class SQLiteStore: BeaconStore {
             limits: OfflineLimits(
                 perChat: try row.decode(forColumn: "per_chat"), perGroup: try row.decode(forColumn: "per_group"),
                 maxAgeSeconds: try row.decode(forColumn: "max_age_seconds")),
-            createdAt: try row.decode(forColumn: "created_at"))
+            createdAt: try row.decode(forColumn: "created_at"), tokensValidAfter: try row.decode(forColumn: "tokens_valid_after"))
+    }
+
+    public func rotateClientSecret(app: Int64, newSecretHash: String, now: Int64) async throws -> AppRecord? {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE apps SET client_secret_hash = ?, tokens_valid_after = MAX(tokens_valid_after, ?) WHERE id = ?",
+                arguments: [newSecretHash, now, app])
+            guard db.changesCount > 0 else { return nil }
+            try db.execute(sql: "DELETE FROM console_sessions WHERE app_id = ?", arguments: [app])
+            return try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE id = ?", arguments: [app]).map(Self.app(from:))
+        }
     }
 
     // MARK: Users
@@ -451,20 +470,42 @@ public final class SQLiteStore: BeaconStore {
             for table in ["inbox", "device_cursors", "group_members", "push_bindings", "push_settings", "conversation_reads"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE app_id = ? AND username = ?", arguments: [app, username])
             }
+            // Pending jobs end `skipped` first, so that the webhook's triggers report them, then every record of the user's
+            // pushes goes: a user created again under the name must not read them.
             try db.execute(
                 sql: """
                     UPDATE push_jobs SET status = 'skipped', last_reason = 'user_deleted', updated_at = ?, claimed_until = 0
                     WHERE app_id = ? AND username = ? AND status = 'pending'
                     """,
                 arguments: [now, app, username])
-            // A user created again under the name counts read-state versions from 1: the old withdrawals must not look newer.
-            try db.execute(sql: "UPDATE push_jobs SET read_version = 0 WHERE app_id = ? AND username = ? AND read_version != 0", arguments: [app, username])
+            try db.execute(
+                sql: "DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM push_jobs WHERE app_id = ? AND username = ?)",
+                arguments: [app, username])
+            try db.execute(sql: "DELETE FROM push_jobs WHERE app_id = ? AND username = ?", arguments: [app, username])
             let devicePrefix = SendReceipt.deviceScope(user: username, device: "")
             try db.execute(
                 sql: "DELETE FROM send_receipts WHERE app_id = ? AND (scope = ? OR substr(scope, 1, ?) = ?)",
                 arguments: [app, SendReceipt.senderScope(username), devicePrefix.utf8.count, devicePrefix])
+            try Self.handOverGroups(of: username, app: app, db: db)
             try db.execute(sql: "DELETE FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
             return db.changesCount > 0
+        }
+    }
+
+    /// Each group the user owned goes to its longest-standing member (earliest joined, then by name), or is dissolved
+    /// when no member is left. Called once the user's memberships are gone.
+    private static func handOverGroups(of username: String, app: Int64, db: Database) throws {
+        let owned = try String.fetchAll(db, sql: "SELECT id FROM chat_groups WHERE app_id = ? AND owner = ?", arguments: [app, username])
+        for group in owned {
+            let heir = try String.fetchOne(
+                db,
+                sql: "SELECT username FROM group_members WHERE app_id = ? AND group_id = ? ORDER BY joined_at, username LIMIT 1",
+                arguments: [app, group])
+            if let heir {
+                try db.execute(sql: "UPDATE chat_groups SET owner = ? WHERE app_id = ? AND id = ?", arguments: [heir, app, group])
+            } else {
+                try db.execute(sql: "DELETE FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, group])
+            }
         }
     }
 

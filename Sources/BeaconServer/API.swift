@@ -32,6 +32,8 @@ struct API: Sendable {
     let tokens: TokenIssuer
     let clock: @Sendable () -> Int64
     let logger: Logger
+    /// The reverse proxies whose forwarding headers Beacon believes (`origin(of:context:)`).
+    var proxies = TrustedProxies.none
     private let apps = AppCache()
 
     static let maxBodyBytes = 256 * 1024
@@ -43,37 +45,75 @@ struct API: Sendable {
         self.logger = logger
     }
 
+    /// Where `request` comes from (the client's address and scheme), as `proxies` decides: the one place that does.
+    func origin(of request: Request, context: some RequestContext) -> ClientOrigin {
+        proxies.origin(of: request, context: context)
+    }
+
     /// The app named by the `:org/:app` path parameters.
     func app(_ context: some RequestContext) async throws -> AppRecord {
         let key = AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app"))
-        if let app = apps.get(key) { return app }
+        let now = clock()
+        if let app = apps.get(key, now: now) { return app }
         guard let app = try await store.app(key) else {
             throw BeaconError(.appNotFound, "application \(key) does not exist")
         }
-        apps.put(app)
+        apps.put(app, now: now)
         return app
+    }
+
+    /// `app` as stored now, not as cached (the cache gets it too); nil when it is gone. For what must not trust a copy up
+    /// to `AppCache.lifetime` old: checking a client secret, and an app token the cached copy refuses.
+    func currentApp(_ app: AppRecord) async throws -> AppRecord? {
+        let now = clock()
+        guard let current = try await store.app(id: app.id) else { return nil }
+        apps.put(current, now: now)
+        return current
+    }
+
+    /// Gives `app` a new client secret (`AppProvisioning.rotateSecret`) and replaces this node's cached copy at once.
+    func rotateClientSecret(of app: AppRecord) async throws -> AppCredentials {
+        let now = clock()
+        let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, now: now)
+        apps.put(rotated, now: now)
+        return credentials
     }
 
     /// Authenticates the bearer token (header, or `access_token` query parameter for browsers' WebSockets), else a
     /// console session's cookie (`Console`).
     func caller(_ request: Request, app: AppRecord) async throws -> Caller {
+        try await authenticate(request, app: app).caller
+    }
+
+    /// The caller and, for a user token, the user it was issued to (the account that holds the name now).
+    func authenticate(_ request: Request, app: AppRecord) async throws -> (caller: Caller, user: UserRecord?) {
         let header = request.headers[.authorization].flatMap { value -> String? in
             let parts = value.split(separator: " ", maxSplits: 1)
             return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
         }
         guard let token = header ?? request.uri.queryParameters.get("access_token") else {
-            if let console = try await consoleCaller(request, app: app) { return console }
+            if let console = try await consoleCaller(request, app: app) { return (console, nil) }
             throw BeaconError(.unauthorized, "missing bearer token")
         }
         guard let claims = tokens.verify(token, now: clock()), claims.app == app.id else {
             throw BeaconError(.badAccessToken, "the token is invalid, expired or not for this app")
         }
-        guard let username = claims.user else { return .app }
+        guard let username = claims.user else {
+            // An app token of a rotated client secret opens nothing. The cached copy of the app may be up to
+            // `AppCache.lifetime` old: a token it refuses (issued for a secret rotated on another node, or by the CLI)
+            // is checked again against the app as stored.
+            if !claims.isCurrent(for: app) {
+                guard let current = try await currentApp(app), claims.isCurrent(for: current) else {
+                    throw BeaconError(.badAccessToken, "the token was revoked (the app's client secret was rotated); get a new one")
+                }
+            }
+            return (.app, nil)
+        }
         // A deleted user's tokens do not open an account created later under the same name (another uuid).
         guard let user = try await store.user(username, app: app.id), claims.uid == user.uuid, claims.iat >= user.tokensValidAfter else {
             throw BeaconError(.badAccessToken, "the token was revoked; log in again")
         }
-        return .user(username)
+        return (.user(username), user)
     }
 
     func body<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
@@ -139,9 +179,29 @@ struct API: Sendable {
     }
 }
 
-/// Apps never change key once created, so positive lookups are cached.
+/// Apps by key (found ones only), each copy used for at most `lifetime`: an app's key never changes, but its client
+/// secret may be rotated — by another node, or by `beacon app rotate-secret` beside the server — and only a fresh copy
+/// tells which app tokens that revoked.
 final class AppCache: Sendable {
-    private let table = Mutex<[AppKey: AppRecord]>([:])
-    func get(_ key: AppKey) -> AppRecord? { table.withLock { $0[key] } }
-    func put(_ app: AppRecord) { table.withLock { $0[app.key] = app } }
+    /// How long a copy is used (ms): after a rotation elsewhere, how long this node may still accept an app token of the
+    /// old secret (README, "App credentials"). The node that rotates replaces its copy at once.
+    static let lifetime: Int64 = 5_000
+
+    private struct Entry {
+        var app: AppRecord
+        var readAt: Int64
+    }
+    private let table = Mutex<[AppKey: Entry]>([:])
+
+    /// The copy of `key`, unless it is `lifetime` old (or the clock went back since it was read).
+    func get(_ key: AppKey, now: Int64) -> AppRecord? {
+        table.withLock { entries in
+            guard let entry = entries[key], now >= entry.readAt, now - entry.readAt < Self.lifetime else { return nil }
+            return entry.app
+        }
+    }
+
+    func put(_ app: AppRecord, now: Int64) {
+        table.withLock { $0[app.key] = Entry(app: app, readAt: now) }
+    }
 }

@@ -13,7 +13,7 @@ import Crypto
 public struct BeaconConfiguration: Sendable {
     public var host: String
     public var port: Int
-    /// Lifetime of issued tokens, seconds.
+    /// Lifetime of issued tokens when the request names none, seconds (app tokens live 7 days at most, user tokens 60).
     public var tokenLifetimeSeconds: Int
     /// How often the retention service enforces offline limits.
     public var retentionInterval: Duration
@@ -37,8 +37,19 @@ public struct BeaconConfiguration: Sendable {
     public var onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
     /// Told about every batch of push attempts once it is recorded (for monitoring and tests).
     public var onPushAttempts: (@Sendable ([PushAttemptOutcome]) -> Void)?
+    /// The reverse proxies whose `X-Forwarded-For` and `X-Forwarded-Proto` Beacon believes (`--trusted-proxy`); from any
+    /// other peer the peer is the client and those headers are ignored.
+    public var trustedProxies = TrustedProxies.none
+    /// How fast users and apps may send (`--send-rate-per-user`, `--send-rate-per-app`).
+    public var sendLimits = SendLimits()
+    /// The most members a group created with a user token may have (its `maxusers` at most; Easemob's default).
+    public var userGroupMaxUsers = 200
     /// Points where tests hold or fail the server, to drive races deterministically. Empty in production.
     public var hooks = BeaconHooks()
+    /// Push-result webhooks may lead to loopback, link-local, private and other internal addresses
+    /// (`--webhook-private-targets`): for tests and receivers on the operator's own network. Off, such targets are refused
+    /// when the webhook is set and before every delivery (`last_error` `refused_address`).
+    public var webhookPrivateTargets = false
     /// The clock, milliseconds since 1970. Tests replace it.
     public var clock: @Sendable () -> Int64
 
@@ -68,9 +79,12 @@ public struct BeaconConfiguration: Sendable {
 /// Points where tests hold or fail a running server, to drive races deterministically rather than by sleeping.
 public struct BeaconHooks: Sendable {
     /// Called while a message's pushes are decided: after presence was read, before the decision is recorded.
-    public var afterPresence: (@Sendable (_ messageID: UInt64) async -> Void)?
+    public var afterPresence: (@Sendable (_ messageID: UInt64) async throws -> Void)?
     /// Called once a device counts as online, before its connection goes on; throwing fails the connection.
     public var afterDeviceRegistered: (@Sendable (_ username: String, _ deviceID: String) async throws -> Void)?
+    /// Called before a node removes a device's presence row when its connection ends, and before each retry of that
+    /// removal (several nodes only); throwing fails the removal as a database error would.
+    public var beforePresenceRemoval: (@Sendable (_ username: String, _ deviceID: String) async throws -> Void)?
 
     public init() {}
 }
@@ -118,7 +132,9 @@ public struct BeaconServer: Sendable {
             let name = configuration.nodeName ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
             let node = try await shared.joinCluster(name: name)
             idSlot = node.slot
-            link = ClusterLink(store: shared, node: node, local: registry, clock: configuration.clock, logger: logger)
+            link = ClusterLink(
+                store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
+                beforePresenceRemoval: configuration.hooks.beforePresenceRemoval)
         }
         let switchboard = Switchboard(local: registry, link: link)
         self.switchboard = switchboard
@@ -142,15 +158,26 @@ public struct BeaconServer: Sendable {
         }
         self.pushRouter = pushRouter
         webhookSender = configuration.secretBox.map { box in
-            WebhookSender(store: store, box: box, clock: configuration.clock, metrics: metrics, logger: logger)
+            WebhookSender(
+                store: store, box: box, clock: configuration.clock, metrics: metrics, privateTargets: configuration.webhookPrivateTargets,
+                logger: logger)
         }
         messages = MessageService(
             store: store, switchboard: switchboard, router: pushRouter, node: idSlot, clock: configuration.clock, metrics: metrics,
-            logger: logger)
+            limits: configuration.sendLimits, logger: logger)
         var withdrawalsStored: (@Sendable () -> Void)?
         if let worker = pushWorker { withdrawalsStored = { worker.jobsStored() } }
         reads = ReadService(store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
-        api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
+        var api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
+        api.proxies = configuration.trustedProxies
+        self.api = api
+    }
+
+    /// Removes this node's presence rows whose connections have ended and decides again the pushes of the devices that
+    /// thereby went offline, as the node does by itself every 30 s (several nodes only; tests call it to not wait).
+    public func reconcilePresence() async throws {
+        guard let link = switchboard.link else { return }
+        try await ClusterService(link: link, router: pushRouter, logger: logger).reconcilePresence()
     }
 
     /// Sends future pushes to `routing`.
@@ -171,8 +198,10 @@ public struct BeaconServer: Sendable {
     /// Issues an app token, as `POST /token` with client credentials would.
     public func issueToken(app: AppRecord, lifetimeSeconds: Int? = nil) -> String {
         let now = configuration.clock()
-        let lifetime = Int64(max(1, min(lifetimeSeconds ?? configuration.tokenLifetimeSeconds, 60 * 24 * 3600))) * 1000
-        return api.tokens.issue(TokenClaims(app: app.id, user: nil, uid: nil, iat: now, exp: now + lifetime))
+        let lifetime = Int64(max(1, min(lifetimeSeconds ?? configuration.tokenLifetimeSeconds, TokenClaims.maxAppTokenLifetime))) * 1000
+        let issuedAt = max(now, app.tokensValidAfter)
+        return api.tokens.issue(
+            TokenClaims(app: app.id, user: nil, uid: nil, iat: issuedAt, exp: issuedAt + lifetime, sec: TokenClaims.secretTag(of: app)))
     }
 
     /// Beacon as one service: the HTTP application and, on graceful shutdown (SIGTERM), a `closing` `shutdown` frame to
@@ -233,8 +262,9 @@ public struct BeaconServer: Sendable {
         Console(api: api).register(on: router, table: routes)
         Routes(
             api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
-            tokenLifetimeSeconds: configuration.tokenLifetimeSeconds,
-            passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration)
+            tokenLifetimeSeconds: configuration.tokenLifetimeSeconds, userGroupMaxUsers: configuration.userGroupMaxUsers,
+            passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration,
+            webhookPrivateTargets: configuration.webhookPrivateTargets)
             .register(on: router, table: routes)
         return router
     }
@@ -254,11 +284,11 @@ public struct BeaconServer: Sendable {
             _ = try await authenticateDevice(request, context)
             return .upgrade([:])
         } onUpgrade: { inbound, outbound, context in
-            let (app, username, deviceID) = try await authenticateDevice(context.request, context.requestContext)
+            let (app, user, deviceID) = try await authenticateDevice(context.request, context.requestContext)
             // Read markers changed after this version are sent after `welcome` (the SDK remembers the last one it saw).
             let readsSince = context.request.uri.queryParameters.get("reads_since").flatMap { Int64($0) } ?? 0
             let session = DeviceSession(
-                app: app, username: username, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
+                app: app, user: user, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
                 switchboard: switchboard, cursors: cursors,
                 outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered,
                 reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
@@ -323,16 +353,16 @@ public struct BeaconServer: Sendable {
     /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter. (Not inlined:
     /// its locals would stay in the frame of the upgrade's handler, suspended for the connection's whole life.)
     @inline(never)
-    private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, String, String) {
+    private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserIdentity, String) {
         let app = try await api.app(context)
-        let caller = try await api.caller(request, app: app)
+        let (_, user) = try await api.authenticate(request, app: app)
         guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
             throw BeaconError.illegal("device_id (1-128 bytes) is required")
         }
-        guard case .user(let username) = caller else {
+        guard let user else {
             throw BeaconError(.badAccessToken, "a device connects with a user token, not an app token")
         }
-        return (app, username, deviceID)
+        return (app, UserIdentity(username: user.username, uuid: user.uuid), deviceID)
     }
 }
 

@@ -2,7 +2,7 @@ import BeaconStorage
 import Logging
 import ServiceLifecycle
 
-/// A node's life in a cluster, as one service with six loops:
+/// A node's life in a cluster, as one service with eight loops:
 /// - heartbeat every second (a node that finds it was declared dead stops: its claims and devices went to others; one
 ///   whose heartbeats fail claims no pushes after `safeSilence`);
 /// - declaring dead the nodes silent for `deadAfter` (any node whose own heartbeats have succeeded for that long: after
@@ -12,7 +12,10 @@ import ServiceLifecycle
 /// - listening for wake-ups on a connection of its own, reconnected with backoff when it fails;
 /// - reading the mailbox at every wake-up and at least every `pollInterval` (a lost wake-up costs latency, not a notice);
 /// - waking other nodes, coalesced: the nodes that accumulate while one round trip runs go in the next;
-/// - making every device here read the store once when a node died (paced, coalesced).
+/// - making every device here read the store once when a node died (paced, coalesced);
+/// - trying again, with backoff, the presence removals that failed when a device disconnected;
+/// - every `reconcileInterval`, removing this node's presence rows whose connections have ended (the floor under those
+///   retries: a stale row would keep its user's devices skipped as `online`).
 /// On graceful shutdown (it stops after every other service of the node) it leaves, so that its claims and presence are
 /// released at once rather than after `deadAfter`.
 struct ClusterService: Service {
@@ -26,6 +29,11 @@ struct ClusterService: Service {
     static let safeSilence: Duration = .seconds(4)
     static let pollInterval: Duration = .milliseconds(250)
     static let lettersPerRead = 500
+    /// How often a node removes its presence rows whose connections have ended: once the database answers, the longest
+    /// a stale row lasts.
+    static let reconcileInterval: Duration = .seconds(30)
+    /// How often failed presence removals are looked at (each is tried again when its backoff is over).
+    static let removalRetryInterval: Duration = .milliseconds(250)
 
     /// This node was declared dead by another (it was silent too long); it must not go on serving.
     struct DeclaredDead: Error, CustomStringConvertible {
@@ -45,6 +53,8 @@ struct ClusterService: Service {
             group.addTask { await self.readMailbox(wokenBy: mailbox) }
             group.addTask { await self.wakeOthers() }
             group.addTask { await self.resyncDevices() }
+            group.addTask { await self.retryRemovals() }
+            group.addTask { await self.reconcile() }
         }
         do {
             try await store.leaveCluster(node)
@@ -105,6 +115,46 @@ struct ClusterService: Service {
                 logger.error("deciding again for a dead node's device failed", metadata: ["user": "\(username)", "error": "\(error)"])
             }
         }
+    }
+
+    private func retryRemovals() async {
+        while Task.serviceShouldContinue {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.removalRetryInterval) }
+            guard Task.serviceShouldContinue else { return }
+            let offline = await link.retryFailedRemovals()
+            if !offline.isEmpty { await takeOffline(Self.users(of: offline)) }
+        }
+    }
+
+    private func reconcile() async {
+        while Task.serviceShouldContinue {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.reconcileInterval) }
+            guard Task.serviceShouldContinue else { return }
+            do {
+                try await reconcilePresence()
+            } catch {
+                logger.error("removing the presence of ended connections failed", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+    }
+
+    /// Removes this node's presence rows whose connections have ended (`ClusterLink.reconcilePresence`), then decides
+    /// again the pushes of the devices that thereby went offline.
+    func reconcilePresence() async throws {
+        let removed = try await link.reconcilePresence()
+        guard !removed.isEmpty else { return }
+        logger.warning("removed the presence of connections that had ended", metadata: ["devices": "\(removed.count)"])
+        await takeOffline(Self.users(of: removed))
+    }
+
+    /// The users of `devices`, each once.
+    private static func users(of devices: [DeviceKey]) -> [(app: Int64, username: String)] {
+        var seen: Set<UserKey> = []
+        var users: [(app: Int64, username: String)] = []
+        for device in devices where seen.insert(UserKey(app: device.app, username: device.username)).inserted {
+            users.append((app: device.app, username: device.username))
+        }
+        return users
     }
 
     private func resyncDevices() async {

@@ -9,9 +9,10 @@ import Hummingbird
 /// the sessions they call it with.
 ///
 /// Signing in with the app's client credentials (what `POST /{org}/{app}/token` takes) opens a session: a random id in an
-/// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a TLS proxy), of which the store keeps only a digest. The REST
+/// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a trusted TLS proxy), of which the store keeps only a digest. The REST
 /// API takes that cookie as it takes an app token (`API.caller`), with no other rights; every request made with it must
-/// also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime` or at sign-out.
+/// also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime`, at sign-out, when the app's client secret is rotated
+/// (`CredentialRoutes`, `beacon app rotate-secret`) or at `beacon rotate-key`.
 struct Console {
     let api: API
 
@@ -19,7 +20,6 @@ struct Console {
     // From literal valid tokens: the initializers cannot fail, and no input reaches them.
     static let csrfHeader = HTTPField.Name("X-CSRF-Token")!
     private static let fetchSite = HTTPField.Name("Sec-Fetch-Site")!
-    private static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
     private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
     /// Eight hours (ms): a working day, then sign in again.
     static let lifetime: Int64 = 8 * 3600 * 1000
@@ -98,7 +98,7 @@ struct Console {
         // The session this browser had before ends: one browser, one session.
         if let previous { _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: previous)) }
         var response = Self.private(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
-        response.setCookie(Self.cookie(id, request: request, maxAge: Int(Self.lifetime / 1000)))
+        response.setCookie(Self.cookie(id, secure: api.origin(of: request, context: context).isHTTPS, maxAge: Int(Self.lifetime / 1000)))
         return response
     }
 
@@ -120,7 +120,7 @@ struct Console {
         try Self.checkCSRF(request, sessionID: id)
         _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: id))
         var response = Response(status: .noContent)
-        response.setCookie(Self.cookie("", request: request, maxAge: 0))
+        response.setCookie(Self.cookie("", secure: api.origin(of: request, context: context).isHTTPS, maxAge: 0))
         return response
     }
 
@@ -175,11 +175,11 @@ struct Console {
         else { throw BeaconError(.forbidden, "a request with the console session needs the session's X-CSRF-Token header") }
     }
 
-    /// The session cookie (an empty value with `maxAge` 0 removes it). `Secure` when the browser came over TLS, as a
-    /// TLS proxy in front says with `X-Forwarded-Proto`.
-    private static func cookie(_ value: String, request: Request, maxAge: Int) -> Cookie {
-        let secure = request.headers[forwardedProto]?.lowercased() == "https" 
-        return Cookie(name: cookieName, value: value, maxAge: maxAge, path: "/", secure: secure, httpOnly: true, sameSite: .strict)
+    /// The session cookie (an empty value with `maxAge` 0 removes it). `secure` when the browser came over TLS, as a
+    /// trusted TLS proxy in front says with `X-Forwarded-Proto` (`API.origin(of:context:)`; from any other peer the header
+    /// is ignored).
+    static func cookie(_ value: String, secure: Bool, maxAge: Int) -> Cookie {
+        Cookie(name: cookieName, value: value, maxAge: maxAge, path: "/", secure: secure, httpOnly: true, sameSite: .strict)
     }
 }
 

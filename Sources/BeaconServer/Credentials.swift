@@ -1,5 +1,6 @@
 import BeaconAPNs
 import BeaconCore
+import BeaconStorage
 import Crypto
 import CryptoExtras
 import Foundation
@@ -84,6 +85,27 @@ public struct TokenClaims: Sendable, Codable, Hashable {
     public var iat: Int64
     /// Expires at, ms.
     public var exp: Int64
+    /// App tokens: the client secret they were issued for (`secretTag(of:)`), so that a token of a rotated secret opens
+    /// nothing even when issued in the same millisecond as the rotation, or by a node whose clock is behind. Absent from
+    /// user tokens and from app tokens of earlier versions (those are refused by `AppRecord.tokensValidAfter` alone).
+    public var sec: String? = nil
+
+    /// An app token's longest lifetime (seconds): a longer `ttl`, or a longer configured default, is cut to it.
+    static let maxAppTokenLifetime = 7 * 24 * 3600
+    /// A user token's longest lifetime (seconds).
+    static let maxUserTokenLifetime = 60 * 24 * 3600
+
+    /// What an app token carries of the app's current client secret: the first 16 hex digits of the stored SHA-256 of
+    /// the secret (which tell nothing usable about the secret itself).
+    static func secretTag(of app: AppRecord) -> String {
+        String(app.clientSecretHash.prefix(16))
+    }
+
+    /// Whether this app token is still good for `app`: issued after the last rotation of its client secret, and (when it
+    /// says) for the current secret.
+    func isCurrent(for app: AppRecord) -> Bool {
+        iat >= app.tokensValidAfter && (sec == nil || sec == Self.secretTag(of: app))
+    }
 }
 
 /// Issues and checks bearer tokens: `base64url(claims JSON).base64url(HMAC-SHA256)`, with a key derived from the
@@ -115,14 +137,48 @@ struct TokenIssuer: Sendable {
     }
 }
 
-/// Failed password logins, counted per user and per address over a sliding window: past the limit, logins are
-/// refused (`too_many_requests`) until the window has passed, whether the password is right or not.
+/// Failed password logins, counted per user and per client address (`API.origin(of:context:)`) over a window: past the
+/// limit, logins are refused (`too_many_requests`) until the window has passed, whether the password is right or not.
+///
+/// What it keeps stays bounded without ever forgetting a count that still matters, so that no flood can reset the
+/// counters an attacker wants gone (before, 100,000 entries wiped the whole table, and a username of any length was a key):
+/// - A username no user can have (`Validation.validateUsername`) is refused at once, as a wrong password is, before
+///   anything is counted or hashed: a user key is at most 64 bytes.
+/// - Entries expire by time, never by number: every quarter window one sweep (under the lock, O(entries), so amortised to
+///   nothing per login) drops the entries whose window has passed and that have no attempt in flight.
+/// - User entries are never dropped while they count. Their number is bounded by the failed logins of one window and a
+///   quarter, each of which cost a PBKDF2 run on the hashing pool.
+/// - Address entries are capped (`Limits.maxAddresses`). Past the cap, a new address is not counted at all (its attempts
+///   still count against their user) rather than refused: an attacker who reached the cap holds that many addresses and
+///   already escapes a per-address limit, so not counting one more gives nothing away, whereas refusing would lock out
+///   every new client — the denial this throttle must not hand out. Addresses already counted keep their counts. An IPv6
+///   address counts as its /64 (what one host or site is commonly given), so one client cannot bring 2^64 fresh addresses.
 final class LoginThrottle: Sendable {
     struct Limits: Sendable {
         var perUser = 10
         var perAddress = 50
         /// Milliseconds.
         var window: Int64 = 5 * 60 * 1000
+        /// Addresses counted at most at once (about 100 bytes each).
+        var maxAddresses = 100_000
+    }
+
+    /// What `begin` counted, for `end`.
+    struct Attempt: Sendable {
+        fileprivate let user: UserKey
+        /// Nil when the attempt has no address, or came from a new one past `Limits.maxAddresses`.
+        fileprivate let address: AddressKey?
+    }
+
+    fileprivate struct UserKey: Hashable, Sendable {
+        var app: Int64
+        var username: String
+    }
+
+    fileprivate struct AddressKey: Hashable, Sendable {
+        var app: Int64
+        /// IPv4: the address; IPv6: its /64.
+        var network: NetworkAddress
     }
 
     private struct Failures {
@@ -131,59 +187,97 @@ final class LoginThrottle: Sendable {
         /// Attempts being checked now: they count against the limit until their outcome is known, so that a burst of
         /// parallel guesses cannot all pass the check before the first failure is recorded.
         var inFlight = 0
+
+        func isOver(_ limit: Int, now: Int64, window: Int64) -> Bool {
+            (now - since < window ? count : 0) + inFlight >= limit
+        }
+
+        func isExpired(now: Int64, window: Int64) -> Bool {
+            inFlight == 0 && now - since >= window
+        }
     }
-    private let failures = Mutex<[String: Failures]>([:])
+
+    private struct Table {
+        var users: [UserKey: Failures] = [:]
+        var addresses: [AddressKey: Failures] = [:]
+        var lastSweep: Int64?
+    }
+
+    private let table = Mutex(Table())
     private let limits: Limits
-    /// Entries kept at most; the oldest are forgotten first.
-    private static let capacity = 100_000
 
     init(limits: Limits = Limits()) {
         self.limits = limits
     }
 
-    private static func keys(app: Int64, username: String, address: String?) -> [(String, KeyPath<Limits, Int>)] {
-        [("u/\(app)/\(username)", \.perUser)] + (address.map { [("a/\(app)/\($0)", \.perAddress)] } ?? [])
-    }
-
     /// Starts an attempt, or throws `too_many_requests` when the user or the address failed too often lately (attempts
-    /// in flight count as failures until they end). Every attempt started must be ended with `end`.
-    func begin(app: Int64, username: String, address: String?, now: Int64) throws {
-        let admitted = failures.withLock { table -> Bool in
-            if table.count >= Self.capacity {
-                table = table.filter { now - $0.value.since < limits.window || $0.value.inFlight > 0 }
-                if table.count >= Self.capacity { table.removeAll() }  // a flood of addresses: start counting afresh
-            }
-            let keys = Self.keys(app: app, username: username, address: address)
-            for (key, limit) in keys {
-                guard let entry = table[key] else { continue }
-                let recent = now - entry.since < limits.window ? entry.count : 0
-                if recent + entry.inFlight >= limits[keyPath: limit] { return false }
-            }
-            for (key, _) in keys {
-                var entry = table[key] ?? Failures(since: now)
-                if now - entry.since >= limits.window { (entry.count, entry.since) = (0, now) }
-                entry.inFlight += 1
-                table[key] = entry
-            }
-            return true
+    /// in flight count as failures until they end), or `invalid_grant` for a username no user can have (nothing is
+    /// counted then). Every attempt started must be ended with `end`.
+    func begin(app: Int64, username: String, address: NetworkAddress?, now: Int64) throws -> Attempt {
+        guard (try? Validation.validateUsername(username)) != nil else {
+            throw BeaconError(.invalidGrant, "username or password is wrong")
         }
-        if !admitted { throw BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes") }
+        let user = UserKey(app: app, username: username)
+        let address = address.map { AddressKey(app: app, network: $0.isIPv4 ? $0 : $0.masked(to: 64)) }
+        let limits = self.limits
+        let attempt = table.withLock { table -> Attempt? in
+            Self.sweep(&table, now: now, window: limits.window)
+            if table.users[user]?.isOver(limits.perUser, now: now, window: limits.window) == true { return nil }
+            if let address, table.addresses[address]?.isOver(limits.perAddress, now: now, window: limits.window) == true { return nil }
+            Self.start(&table.users, user, now: now, window: limits.window)
+            var counted: AddressKey?
+            if let address, table.addresses[address] != nil || table.addresses.count < limits.maxAddresses {
+                Self.start(&table.addresses, address, now: now, window: limits.window)
+                counted = address
+            }
+            return Attempt(user: user, address: counted)
+        }
+        guard let attempt else { throw BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes") }
+        return attempt
     }
 
     /// Ends an attempt `begin` admitted: a failure counts; a success forgets the user's failures.
-    func end(app: Int64, username: String, address: String?, now: Int64, succeeded: Bool) {
-        failures.withLock { table in
-            for (key, _) in Self.keys(app: app, username: username, address: address) {
-                guard var entry = table[key] else { continue }
-                entry.inFlight = max(0, entry.inFlight - 1)
-                if !succeeded {
-                    if now - entry.since >= limits.window { (entry.count, entry.since) = (0, now) }
-                    entry.count += 1
-                } else if key.hasPrefix("u/") {
-                    entry.count = 0
-                }
-                table[key] = entry.count == 0 && entry.inFlight == 0 ? nil : entry
+    func end(_ attempt: Attempt, now: Int64, succeeded: Bool) {
+        let window = limits.window
+        table.withLock { table in
+            Self.finish(&table.users, attempt.user, now: now, window: window, succeeded: succeeded, forgetOnSuccess: true)
+            if let address = attempt.address {
+                Self.finish(&table.addresses, address, now: now, window: window, succeeded: succeeded, forgetOnSuccess: false)
             }
         }
+    }
+
+    /// Entries kept now, users and addresses (for tests).
+    var entryCounts: (users: Int, addresses: Int) {
+        table.withLock { ($0.users.count, $0.addresses.count) }
+    }
+
+    /// Drops expired entries, at most once every quarter window (and whenever the clock went back).
+    private static func sweep(_ table: inout Table, now: Int64, window: Int64) {
+        if let last = table.lastSweep, now >= last, now - last < max(1, window / 4) { return }
+        table.lastSweep = now
+        table.users = table.users.filter { !$0.value.isExpired(now: now, window: window) }
+        table.addresses = table.addresses.filter { !$0.value.isExpired(now: now, window: window) }
+    }
+
+    private static func start<Key: Hashable>(_ entries: inout [Key: Failures], _ key: Key, now: Int64, window: Int64) {
+        var entry = entries[key] ?? Failures(since: now)
+        if now - entry.since >= window { (entry.count, entry.since) = (0, now) }
+        entry.inFlight += 1
+        entries[key] = entry
+    }
+
+    private static func finish<Key: Hashable>(
+        _ entries: inout [Key: Failures], _ key: Key, now: Int64, window: Int64, succeeded: Bool, forgetOnSuccess: Bool
+    ) {
+        guard var entry = entries[key] else { return }
+        entry.inFlight = max(0, entry.inFlight - 1)
+        if !succeeded {
+            if now - entry.since >= window { (entry.count, entry.since) = (0, now) }
+            entry.count += 1
+        } else if forgetOnSuccess {
+            entry.count = 0
+        }
+        entries[key] = entry.count == 0 && entry.inFlight == 0 ? nil : entry
     }
 }

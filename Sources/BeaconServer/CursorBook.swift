@@ -11,6 +11,8 @@ final class CursorBook: Sendable {
     private struct Key: Hashable {
         var app: Int64
         var username: String
+        /// The user's uuid: a cursor flushed after its user was deleted is not written for a new user of the name.
+        var userID: String
         var device: String
     }
 
@@ -23,17 +25,17 @@ final class CursorBook: Sendable {
         self.clock = clock
     }
 
-    func advance(_ username: String, device: String, app: Int64, to seq: Int64) {
+    func advance(_ user: UserIdentity, device: String, app: Int64, to seq: Int64) {
         pending.withLock { table in
-            let key = Key(app: app, username: username, device: device)
+            let key = Key(app: app, username: user.username, userID: user.uuid, device: device)
             table[key] = max(table[key] ?? 0, seq)
         }
     }
 
     /// The device's cursor: the store's, or a newer one not yet written.
-    func cursor(of username: String, device: String, app: Int64) async throws -> Int64 {
-        let unwritten = pending.withLock { $0[Key(app: app, username: username, device: device)] } ?? 0
-        return max(unwritten, try await store.cursor(of: username, device: device, app: app))
+    func cursor(of user: UserIdentity, device: String, app: Int64) async throws -> Int64 {
+        let unwritten = pending.withLock { $0[Key(app: app, username: user.username, userID: user.uuid, device: device)] } ?? 0
+        return max(unwritten, try await store.cursor(of: user.username, device: device, app: app))
     }
 
     /// Writes the pending acks of `username` (every user when nil).
@@ -50,7 +52,7 @@ final class CursorBook: Sendable {
         guard !taken.isEmpty else { return }
         do {
             try await store.acknowledge(
-                taken.map { DeviceCursor(app: $0.key.app, username: $0.key.username, device: $0.key.device, seq: $0.value) }, now: clock())
+                taken.map { DeviceCursor(app: $0.key.app, username: $0.key.username, userID: $0.key.userID, device: $0.key.device, seq: $0.value) }, now: clock())
         } catch {
             // Put them back (unless newer ones arrived) so that the next flush retries.
             pending.withLock { table in
@@ -59,6 +61,12 @@ final class CursorBook: Sendable {
             throw error
         }
     }
+}
+
+/// A user as a session knows them: the name, and the uuid that tells this user from a later one of the same name.
+struct UserIdentity: Sendable, Hashable {
+    var username: String
+    var uuid: String
 }
 
 /// Flushes the `CursorBook` periodically and once more at shutdown.

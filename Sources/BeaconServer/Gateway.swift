@@ -9,7 +9,8 @@ import NIOCore
 /// The WebSocket side of Beacon: one `DeviceSession` per connected device.
 struct DeviceSession {
     let app: AppRecord
-    let username: String
+    /// The user the connection's token was issued to.
+    let user: UserIdentity
     let deviceID: String
     /// The read-state version the device has seen (`reads_since`): markers changed after it are sent after `welcome`.
     let readsSince: Int64
@@ -30,6 +31,7 @@ struct DeviceSession {
     static let fetchPage = 256
 
     var store: any BeaconStore { messages.store }
+    var username: String { user.username }
 
     /// Runs until the device disconnects, is replaced by a new connection of the same device, or is kicked.
     ///
@@ -76,7 +78,7 @@ struct DeviceSession {
         let wentOffline = await switchboard.unregister(outbox)
         do {
             // Seen until now (the device's last-seen time), whether or not it acknowledged anything since.
-            cursors.advance(username, device: deviceID, app: app.id, to: 0)
+            cursors.advance(user, device: deviceID, app: app.id, to: 0)
             try await cursors.flush(username: username, app: app.id)
         } catch {
             logger.error("writing the cursor of a disconnected device failed", metadata: ["error": "\(error)"])
@@ -106,9 +108,9 @@ struct DeviceSession {
             try await write(.closing(reason: "kicked"), to: outbound)
             return nil
         }
-        let cursor = try await cursors.cursor(of: username, device: deviceID, app: app.id)
+        let cursor = try await cursors.cursor(of: user, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
-        cursors.advance(username, device: deviceID, app: app.id, to: cursor)
+        cursors.advance(user, device: deviceID, app: app.id, to: cursor)
         try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         // Read after registering: a marker that moves from here on also comes live (a repeat is harmless, versions tell).
         for marker in try await store.readMarkers(of: username, app: app.id, after: max(readsSince, 0), limit: ReadService.markersOnConnect) {
@@ -189,7 +191,7 @@ struct DeviceSession {
                 return acked
             }
             guard seq > acked else { return acked }
-            cursors.advance(username, device: deviceID, app: app.id, to: seq)
+            cursors.advance(user, device: deviceID, app: app.id, to: seq)
             return seq
         case .send(let request):
             answer(await send(request), on: outbox)
@@ -287,7 +289,7 @@ struct DeviceSession {
         }
         if pending.fromAcknowledged {
             // The device asked to sync: everything after what it acknowledged comes again.
-            delivered = try await cursors.cursor(of: username, device: deviceID, app: app.id)
+            delivered = try await cursors.cursor(of: user, device: deviceID, app: app.id)
         }
         var fetched = 0
         if mustFetch {

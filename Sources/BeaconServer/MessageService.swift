@@ -36,12 +36,14 @@ final class MessageService: Sendable {
     let metrics: BeaconMetrics
     private let clock: @Sendable () -> Int64
     private let ids: Mutex<MessageIDGenerator>
+    private let limiter: SendLimiter
     private let logger: Logger
 
     init(
         store: any BeaconStore, switchboard: Switchboard, router: PushRouter?, node: UInt16, clock: @escaping @Sendable () -> Int64,
-        metrics: BeaconMetrics, logger: Logger
+        metrics: BeaconMetrics, limits: SendLimits = SendLimits(), logger: Logger
     ) {
+        self.limiter = SendLimiter(limits)
         self.metrics = metrics
         self.store = store
         self.switchboard = switchboard
@@ -101,10 +103,12 @@ final class MessageService: Sendable {
     }
 
     /// Sends to every target, all or nothing; returns each target's message. A `receipt` already stored answers the
-    /// first send's messages and stores nothing.
+    /// first send's messages and stores nothing. `enforceMembership` marks a send by a user (a user token or a device),
+    /// counted against that user's rate as well as the app's (`SendLimits`).
     func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool, receipt: SendReceipt? = nil)
         async throws -> [SentMessage]
     {
+        try limiter.admit(app: app.id, user: enforceMembership ? outgoing.from : nil, messages: Set(targets).count, now: clock())
         let recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
         var seen: Set<String> = []
         let messages = targets.filter { seen.insert($0).inserted }.map { target in

@@ -20,6 +20,12 @@ struct UserKey: Hashable, Sendable {
 /// connected devices; never blocks on a slow one (see `DeviceOutbox`).
 final class ConnectionRegistry: PresenceRegistry {
     private let connections = Mutex<[UserKey: [String: DeviceOutbox]]>([:])
+    /// The ids of the connections registered here whose sessions have not unregistered yet (replaced ones included, until
+    /// their session ends): a presence row of this node for any other connection is stale (`ClusterLink.reconcilePresence`).
+    private let registered = Mutex<Set<Int64>>([])
+
+    /// The ids of the connections registered here and not unregistered yet.
+    var registeredConnections: Set<Int64> { registered.withLock { $0 } }
 
     /// Device ids of the user's devices connected to this node.
     func connectedDevices(of username: String, app: Int64) -> [String] {
@@ -43,6 +49,8 @@ final class ConnectionRegistry: PresenceRegistry {
 
     /// Registers a device's connection; an earlier connection of the same device is told to close.
     func register(_ outbox: DeviceOutbox) {
+        // Before the connection is recorded in a shared store: a reconcile that reads its row finds it here.
+        registered.withLock { _ = $0.insert(outbox.connectionID) }
         let replaced = connections.withLock { table in
             table[outbox.user, default: [:]].updateValue(outbox, forKey: outbox.deviceID)
         }
@@ -52,7 +60,8 @@ final class ConnectionRegistry: PresenceRegistry {
     /// Removes the connection if it is still the registered one for its device; true if it was.
     @discardableResult
     func unregister(_ outbox: DeviceOutbox) -> Bool {
-        connections.withLock { table in
+        registered.withLock { _ = $0.remove(outbox.connectionID) }
+        return connections.withLock { table in
             guard table[outbox.user]?[outbox.deviceID] === outbox else { return false }
             table[outbox.user]?[outbox.deviceID] = nil
             if table[outbox.user]?.isEmpty == true { table[outbox.user] = nil }

@@ -2,6 +2,7 @@ import BeaconAPNs
 import BeaconCore
 import BeaconPush
 import BeaconStorage
+import Crypto
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -27,7 +28,7 @@ final class PushRouter: Service, Sendable {
     let jobsStored: @Sendable () -> Void
     let metrics: BeaconMetrics
     /// Called between a route's presence reading and its recording (tests hold a route there to race it).
-    let afterPresence: (@Sendable (UInt64) async -> Void)?
+    let afterPresence: (@Sendable (UInt64) async throws -> Void)?
 
     /// Default lifetime at APNs (`apns-expiration` = now + this).
     static let expirationSeconds: Int64 = 24 * 3600
@@ -40,7 +41,7 @@ final class PushRouter: Service, Sendable {
 
     init(
         store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
-        afterPresence: (@Sendable (UInt64) async -> Void)? = nil, metrics: BeaconMetrics, jobsStored: @escaping @Sendable () -> Void
+        afterPresence: (@Sendable (UInt64) async throws -> Void)? = nil, metrics: BeaconMetrics, jobsStored: @escaping @Sendable () -> Void
     ) {
         self.metrics = metrics
         self.store = store
@@ -54,7 +55,7 @@ final class PushRouter: Service, Sendable {
     /// Decides and records the pushes of a message stored with a pending route. Safe to call twice: only one records.
     func route(_ message: Message, recipients: [String], app: AppRecord) async throws {
         let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil)
-        if let afterPresence { await afterPresence(message.id) }
+        if let afterPresence { try await afterPresence(message.id) }
         let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
         guard try await store.recordRoute(route, app: app.id) else { return }
         metrics.pushDecisions(decided.jobs, redecided: false)
@@ -164,7 +165,7 @@ final class PushRouter: Service, Sendable {
                     routed += 1
                 } catch {
                     // One route that cannot be decided now must not hold up the others; it is tried at the next sweep.
-                    logger.error("routing a pending message failed", metadata: ["message": "\(route.message)", "error": "\(error)"])
+                    logger.error("routing a pending message failed", metadata: ["message": "\(route.message.id)", "error": "\(error)"])  // never the body
                 }
             }
             // A page of routes that cannot be decided (their app is gone) would come back forever.
@@ -238,9 +239,17 @@ final class PushRouter: Service, Sendable {
             topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
             pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: now / 1000 + Self.expirationSeconds,
             // A duplicate after a crash replaces the first notification instead of adding a second one.
-            collapseID: payload?.collapseID ?? String(context.message.id), apnsID: UUID.random().uuidString.lowercased(),
+            collapseID: Self.collapseID(key: payload?.collapseID, sender: context.message.from, messageID: context.message.id), apnsID: UUID.random().uuidString.lowercased(),
             payload: skipReason == nil ? payload?.withoutBadge ?? "" : "", badgeOffset: skipReason == nil ? payload?.badgeOffset : nil,
             skipReason: skipReason)
+    }
+
+    /// A notification's `apns-collapse-id`: its message's id, or, for the sender's `em_push_collapse_key`, a digest of the
+    /// sender and the key (43 base64url characters), so that a sender can replace only its own notifications — never
+    /// another sender's, whose message ids and keys it may know. The two forms cannot meet: a message id is decimal digits.
+    static func collapseID(key: String?, sender: String, messageID: UInt64) -> String {
+        guard let key else { return String(messageID) }
+        return Data(SHA256.hash(data: Array("\(sender)\u{0}\(key)".utf8))).base64URLEncoded()
     }
 
     private static func skipped(_ username: String, _ reason: SkipReason) -> NewPushJob {

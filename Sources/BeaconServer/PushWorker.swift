@@ -29,9 +29,9 @@ final class PushWorker: Service, Sendable {
     /// When the loop last began a round (`DispatchTime` uptime, ns).
     private let lastRound = Atomic<UInt64>(0)
 
-    /// A round that has not ended after this long is stuck: a round waits at most 30 s for a turn and 10 s for an
-    /// answer per notification, the devices side by side (a device's later notifications start only within
-    /// `sequenceBudget` of the claim), and records what it got.
+    /// A round that has not ended after this long is stuck: every send of a round is over `leaseMargin` before its
+    /// claim's lease ends (the devices side by side; a device's later notifications start only within `sequenceBudget`
+    /// of the claim), and the round then records what it got.
     static let stallAfter: Duration = .seconds(120)
 
     /// The worker's loop, for `GET /ready`.
@@ -46,13 +46,17 @@ final class PushWorker: Service, Sendable {
     }
 
     static let lease: Int64 = 60_000
+    /// Every send is over (answered, or timed out) this long before its claim's lease runs out, so that its outcome is
+    /// recorded before another node may claim the job again: the APNs client writes no request whose answer could come
+    /// later, and a job it did not write in time is handed back unsent (`APNsClient.send(_:deadline:stillWanted:)`).
+    static let leaseMargin: Duration = .seconds(5)
     /// Outcomes written per transaction, at most; they are written as soon as the previous write is done.
     static let outcomesPerWrite = 256
     /// A send that waited longer than this after its claim checks its binding again before it goes.
     static let recheckAfter: Duration = .seconds(1)
     /// A device's later jobs in a claim start only this long after it; the rest are handed back, due again at once, so
-    /// that a device behind a slow APNs holds its round up one send past this at most. (That one send may itself wait
-    /// for a turn and a stream past the lease: true of any send.)
+    /// that a device behind a slow APNs holds its round up one send past this at most. (That one send is over before its
+    /// claim's lease ends, like any send: `leaseMargin`.)
     static let sequenceBudget: Duration = .seconds(10)
 
     init(
@@ -111,6 +115,9 @@ final class PushWorker: Service, Sendable {
     func runOnce() async throws -> Bool {
         // A node that could not beat for a while may be declared dead any moment, its claims released to others.
         if let cluster, !cluster.isSafelyAlive { return false }
+        // Read before the claim, whose lease the store dates from `clock()` read afterwards: the lease ends no earlier
+        // than `claimStarted + lease`.
+        let claimStarted = ContinuousClock.now
         let jobs =
             if let cluster {
                 try await cluster.store.claimPushJobs(now: clock(), lease: Self.lease, limit: batch, node: cluster.node.epoch)
@@ -119,6 +126,7 @@ final class PushWorker: Service, Sendable {
             }
         guard !jobs.isEmpty else { return false }
         let claimedAt = ContinuousClock.now
+        let sendBy = claimStarted + Duration.milliseconds(Self.lease) - Self.leaseMargin
         // Each configuration is read once per batch.
         var configurationsRead: [String: PushConfigRecord?] = [:]
         for job in jobs where configurationsRead["\(job.appID)/\(job.job.notifier)"] == nil {
@@ -136,7 +144,9 @@ final class PushWorker: Service, Sendable {
             // an older badge, the older message on top.
             let unsent = await withTaskGroup(of: [PushJob].self) { sends in
                 for sequence in Dictionary(grouping: jobs, by: { "\($0.appID) \($0.job.topic) \($0.job.deviceToken)" }).values {
-                    sends.addTask { await self.sendInOrder(sequence, configurations: configurations, claimedAt: claimedAt, outcomes: outcomes) }
+                    sends.addTask {
+                        await self.sendInOrder(sequence, configurations: configurations, claimedAt: claimedAt, sendBy: sendBy, outcomes: outcomes)
+                    }
                 }
                 return await sends.reduce(into: []) { $0 += $1 }
             }
@@ -152,10 +162,12 @@ final class PushWorker: Service, Sendable {
         return true
     }
 
-    /// Sends one device's jobs (of one app and topic) one after another; returns those it did not start: once
-    /// `sequenceBudget` has passed since the claim, the worker is cancelled, or its node may be declared dead.
+    /// Sends one device's jobs (of one app and topic) one after another; returns those it did not send: once
+    /// `sequenceBudget` has passed since the claim, the worker is cancelled, or its node may be declared dead, and from
+    /// one that could not be written before `sendBy` on.
     private func sendInOrder(
-        _ sequence: [PushJob], configurations: [String: PushConfigRecord?], claimedAt: ContinuousClock.Instant, outcomes: OutcomeBuffer
+        _ sequence: [PushJob], configurations: [String: PushConfigRecord?], claimedAt: ContinuousClock.Instant,
+        sendBy: ContinuousClock.Instant, outcomes: OutcomeBuffer
     ) async -> [PushJob] {
         for (index, job) in sequence.enumerated() {
             if index > 0,
@@ -163,7 +175,11 @@ final class PushWorker: Service, Sendable {
             {
                 return Array(sequence[index...])
             }
-            outcomes.add(await attempt(job, config: configurations["\(job.appID)/\(job.job.notifier)"] ?? nil, claimedAt: claimedAt))
+            let config = configurations["\(job.appID)/\(job.job.notifier)"] ?? nil
+            guard let outcome = await attempt(job, config: config, claimedAt: claimedAt, sendBy: sendBy) else {
+                return Array(sequence[index...])
+            }
+            outcomes.add(outcome)
         }
         return []
     }
@@ -181,7 +197,10 @@ final class PushWorker: Service, Sendable {
         }
     }
 
-    private func attempt(_ job: PushJob, config: PushConfigRecord?, claimedAt: ContinuousClock.Instant) async -> PushAttemptOutcome {
+    /// Sends one job; nil when it was not written before `sendBy` (it is handed back, its attempt not counted).
+    private func attempt(
+        _ job: PushJob, config: PushConfigRecord?, claimedAt: ContinuousClock.Instant, sendBy: ContinuousClock.Instant
+    ) async -> PushAttemptOutcome? {
         guard let config else {
             return PushAttemptOutcome(
                 jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
@@ -200,11 +219,11 @@ final class PushWorker: Service, Sendable {
         // token unbound or moved to another user meanwhile is not pushed to.
         let stillBound: @Sendable () async -> Bool = { [store] in
             guard claimedAt.duration(to: .now) > Self.recheckAfter else { return true }
-            return (try? await store.bindingHolds(for: job.job, app: job.appID)) ?? true
+            return (try? await store.bindingHolds(for: job)) ?? true
         }
         let sentAt = ContinuousClock.now
         do {
-            _ = try await client.send(notification, stillWanted: stillBound)
+            _ = try await client.send(notification, deadline: sendBy, stillWanted: stillBound)
             metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
             metrics.apnsRequest(status: 200, reason: nil)
             return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .sent, httpStatus: 200, reason: nil)
@@ -213,13 +232,17 @@ final class PushWorker: Service, Sendable {
             case .rejected(let status, let reason, _, _):
                 metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
                 metrics.apnsRequest(status: status, reason: reason)
-            case .withdrawn, .invalidRequest:
+            case .withdrawn, .invalidRequest, .deadlinePassed:
                 break  // never went to APNs
             default:
                 metrics.apnsLatency.record(duration: sentAt.duration(to: .now))
                 metrics.apnsRequest(status: nil, reason: nil)
             }
             switch error {
+            case .deadlinePassed:
+                // Written now, it could still be in flight when the lease runs out and another node sends it again.
+                logger.warning("a push was handed back unsent: its claim's lease was running out", metadata: ["job": "\(job.id)"])
+                return nil
             case .withdrawn:
                 return PushAttemptOutcome(
                     jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")  // as the claim records it

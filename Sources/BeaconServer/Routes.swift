@@ -27,9 +27,13 @@ struct Routes {
     let cursors: CursorBook
     let pushConfigs: PushConfigs?
     let tokenLifetimeSeconds: Int
+    /// `BeaconConfiguration.userGroupMaxUsers`.
+    let userGroupMaxUsers: Int
     let passwordHashRounds: Int
     let logins: LoginThrottle
     let onPushConfiguration: (@Sendable (PushTrust) throws -> Void)?
+    /// `BeaconConfiguration.webhookPrivateTargets`.
+    let webhookPrivateTargets: Bool
 
     var store: any BeaconStore { api.store }
 
@@ -97,10 +101,11 @@ struct Routes {
         add(.post, "users/:username/conversations/:chattype/:key/read", readRoutes.read)
         add(.put, "users/:username/push/badge", readRoutes.reportBadge)
         add(.get, "users/:username/push/badge", readRoutes.badge)
-        let webhook = WebhookRoutes(api: api, box: pushConfigs?.box)
+        let webhook = WebhookRoutes(api: api, box: pushConfigs?.box, privateTargets: webhookPrivateTargets)
         add(.put, "push/webhook", webhook.put)
         add(.get, "push/webhook", webhook.get)
         add(.delete, "push/webhook", webhook.delete)
+        add(.post, "credentials/rotate", CredentialRoutes(api: api).rotate)
     }
 
     // MARK: Tokens
@@ -109,22 +114,31 @@ struct Routes {
         let app = try await api.app(context)
         let body = try await api.body(TokenRequest.self, from: request)
         let now = api.clock()
-        let lifetime = min(max(body.ttl ?? tokenLifetimeSeconds, 1), 60 * 24 * 3600)
+        let lifetime = min(max(body.ttl ?? tokenLifetimeSeconds, 1), TokenClaims.maxUserTokenLifetime)
         var claims = TokenClaims(app: app.id, user: nil, uid: nil, iat: now, exp: now + Int64(lifetime) * 1000)
         switch body.grantType {
         case "client_credentials":
-            guard body.clientID == app.clientID, let secret = body.clientSecret,
-                Credentials.hashSecret(secret) == app.clientSecretHash
+            // The secret is checked against the app as stored now, not the cached copy: a rotated secret obtains nothing, on
+            // any node. (The client id never changes: a wrong one costs no store read.)
+            guard body.clientID == app.clientID, let secret = body.clientSecret, let current = try await api.currentApp(app),
+                Credentials.hashSecret(secret) == current.clientSecretHash
             else { throw BeaconError(.invalidGrant, "client_id or client_secret is wrong") }
-            return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, application: "\(app.key.org)#\(app.key.name)"))
+            let appLifetime = min(lifetime, TokenClaims.maxAppTokenLifetime)
+            // Never before the rotation that made this secret the current one (a node whose clock is behind the CLI's).
+            let issuedAt = max(now, current.tokensValidAfter)
+            let appClaims = TokenClaims(
+                app: app.id, user: nil, uid: nil, iat: issuedAt, exp: issuedAt + Int64(appLifetime) * 1000, sec: TokenClaims.secretTag(of: current))
+            return API.json(
+                TokenResponse(accessToken: api.tokens.issue(appClaims), expiresIn: appLifetime, application: "\(app.key.org)#\(app.key.name)"))
         case "password":
             guard let username = body.username, let password = body.password, password.utf8.count <= 1024 else {
                 throw BeaconError(.invalidGrant, "username or password is wrong")
             }
-            let address = (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress
-            try logins.begin(app: app.id, username: username, address: address, now: now)
+            // A username no user can have is refused here (invalid_grant), before anything is counted or hashed. The address
+            // is the client's: a trusted proxy's `X-Forwarded-For`, else the peer's.
+            let attempt = try logins.begin(app: app.id, username: username, address: api.origin(of: request, context: context).address, now: now)
             var succeeded = false
-            defer { logins.end(app: app.id, username: username, address: address, now: now, succeeded: succeeded) }
+            defer { logins.end(attempt, now: now, succeeded: succeeded) }
             let user = try await store.user(username, app: app.id)
             guard try await Credentials.verifyPasswordOffLoop(password, hash: user?.passwordHash, rounds: passwordHashRounds), let user else {
                 throw BeaconError(.invalidGrant, "username or password is wrong")
@@ -215,7 +229,9 @@ struct Routes {
         guard let user = try await store.user(username, app: app.id) else {
             throw BeaconError(.userNotFound, "user \(username) does not exist")
         }
-        // Deleted first, then disconnected: a reconnect in between finds no user, and the pending pushes are cancelled.
+        // Disconnected, deleted, then disconnected again: a session that registered in between (its token still held)
+        // ends too, and none of the old user's devices stays online to receive what is sent to a new user of the name.
+        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
         _ = try await store.deleteUser(username, app: app.id, now: api.clock())
         await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
         return api.respond(request, app: app, action: "delete", entities: [entity(user)])
@@ -273,8 +289,15 @@ struct Routes {
         let body = try await api.body(CreateGroupRequest.self, from: request)
         try caller.requireSelfOrApp(body.owner)
         guard (1...128).contains(body.groupname.count) else { throw BeaconError.illegal("groupname must be 1-128 characters") }
-        let maxUsers = body.maxusers ?? 10_000
-        guard (2...100_000).contains(maxUsers) else { throw BeaconError.illegal("maxusers must be 2-100000") }
+        // A user creates a group of one (themself) up to `userGroupMaxUsers`: only the app adds others, so that nobody is
+        // put in a group without the app's say, and a user token cannot probe which names exist.
+        let byUser = caller != .app
+        if byUser, (body.members ?? []).contains(where: { $0 != body.owner }) {
+            throw BeaconError(.forbidden, "a user token creates a group with no other members; the app adds members")
+        }
+        let cap = byUser ? userGroupMaxUsers : 100_000
+        let maxUsers = body.maxusers ?? min(10_000, cap)
+        guard (2...max(cap, 2)).contains(maxUsers) else { throw BeaconError.illegal("maxusers must be 2-\(max(cap, 2))") }
         let members = Array(Set((body.members ?? []) + [body.owner]))
         guard members.count <= maxUsers else { throw BeaconError.illegal("more members than maxusers") }
         let existing = try await store.existingUsers(members, app: app.id)
@@ -344,16 +367,17 @@ struct Routes {
         return (app, group, members)
     }
 
-    /// The group and the `:username` to add or remove; the caller must be the app or the group's owner
-    /// (a member may remove themself).
+    /// The group and the `:username` to add or remove. Adding is the app's; removing, the app's or the group owner's (a
+    /// member may remove themself).
     private func groupForOwner(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, GroupRecord, String) {
         let app = try await api.app(context)
         let caller = try await api.caller(request, app: app)
         let id = try context.parameters.require("group")
         let username = try context.parameters.require("username")
         guard let group = try await store.group(id, app: app.id) else { throw BeaconError(.groupNotFound, "group \(id) does not exist") }
-        if case .user(let name) = caller, name != group.owner, !(request.method == .delete && name == username) {
-            throw BeaconError(.forbidden, "only the group owner may change its members")
+        if case .user(let name) = caller {
+            guard request.method == .delete else { throw BeaconError(.forbidden, "only the app adds members to a group") }
+            guard name == group.owner || name == username else { throw BeaconError(.forbidden, "only the group owner may remove its members") }
         }
         return (app, group, username)
     }

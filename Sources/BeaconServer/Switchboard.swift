@@ -131,16 +131,40 @@ final class ClusterLink: Sendable {
     private let resyncWanted = Atomic<Bool>(false)
     private let lastHeartbeat = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
     private let healthySince = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+    /// `BeaconHooks.beforePresenceRemoval`.
+    let beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)?
+    /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
+    private let failedRemovals = Mutex<[FailedRemoval]>([])
+
+    /// A presence row whose removal failed: tried again until removed, found gone, or left to the periodic reconcile.
+    struct FailedRemoval: Sendable {
+        var device: DeviceKey
+        var connection: Int64
+        /// Attempts made so far.
+        var attempts: Int
+        var due: ContinuousClock.Instant
+    }
+
+    /// A failed removal is tried again after this long, then twice as long after each further failure.
+    static let removalBackoff: Duration = .milliseconds(250)
+    /// Attempts after which a removal is left to the periodic reconcile (`ClusterService.reconcileInterval`).
+    static let removalAttempts = 6
+    /// Failed removals kept for trying again, at most (beyond, the reconcile removes the rows).
+    static let removalsKept = 10_000
 
     /// Letters posted to other nodes so far.
     var lettersPosted: Int { posted.load(ordering: .relaxed) }
 
-    init(store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger) {
+    init(
+        store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
+        beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil
+    ) {
         self.store = store
         self.node = node
         self.local = local
         self.clock = clock
         self.logger = logger
+        self.beforePresenceRemoval = beforePresenceRemoval
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
@@ -173,15 +197,72 @@ final class ClusterLink: Sendable {
         }
     }
 
+    /// Removes the connection's presence row; true if the device went offline. A removal that fails (the database
+    /// restarting, the pool saturated) is tried again in the background rather than holding the session's end: until the
+    /// row goes, the device counts as online and its pushes are skipped as `online`.
     func disconnected(_ outbox: DeviceOutbox) async -> Bool {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         do {
-            return try await store.disconnect(device, node: node.epoch, connection: outbox.connectionID)
+            return try await removePresence(device, connection: outbox.connectionID)
         } catch {
-            // The presence row stays until this node leaves or dies; pushes to the device are skipped as `online` meanwhile.
-            logger.error("recording that a device went offline failed", metadata: ["user": "\(device.username)", "error": "\(error)"])
+            logger.error(
+                "recording that a device went offline failed; trying again in the background",
+                metadata: ["user": "\(device.username)", "error": "\(error)"])
+            queueRetry(FailedRemoval(device: device, connection: outbox.connectionID, attempts: 1, due: ContinuousClock.now + Self.removalBackoff))
             return false
         }
+    }
+
+    private func removePresence(_ device: DeviceKey, connection: Int64) async throws -> Bool {
+        try await beforePresenceRemoval?(device.username, device.deviceID)
+        return try await store.disconnect(device, node: node.epoch, connection: connection)
+    }
+
+    private func queueRetry(_ removal: FailedRemoval) {
+        let kept = failedRemovals.withLock { pending in
+            guard pending.count < Self.removalsKept else { return false }
+            pending.append(removal)
+            return true
+        }
+        if !kept {
+            logger.error("too many presence removals to try again; the periodic reconcile removes the rest", metadata: ["user": "\(removal.device.username)"])
+        }
+    }
+
+    /// Tries again the failed removals that are due (each conditional on its connection, so a device that connected again
+    /// meanwhile stays online); returns the devices that thereby went offline. A removal failing `removalAttempts` times
+    /// is left to the periodic reconcile.
+    func retryFailedRemovals() async -> [DeviceKey] {
+        let now = ContinuousClock.now
+        let due = failedRemovals.withLock { pending in
+            let due = pending.filter { $0.due <= now }
+            pending.removeAll { $0.due <= now }
+            return due
+        }
+        var offline: [DeviceKey] = []
+        for var removal in due {
+            do {
+                if try await removePresence(removal.device, connection: removal.connection) { offline.append(removal.device) }
+            } catch {
+                removal.attempts += 1
+                if removal.attempts >= Self.removalAttempts {
+                    logger.error(
+                        "recording that a device went offline failed again; the periodic reconcile removes its presence",
+                        metadata: ["user": "\(removal.device.username)", "error": "\(error)"])
+                } else {
+                    removal.due = ContinuousClock.now + Self.removalBackoff * (1 << (removal.attempts - 1))
+                    queueRetry(removal)
+                }
+            }
+        }
+        return offline
+    }
+
+    /// Removes this node's presence rows whose connections have ended here (a removal that failed for good, or was cut
+    /// short): the store reads the rows, then compares them with the connections registered here at that moment, so a
+    /// connection registering meanwhile is never removed. Returns the devices that went offline.
+    func reconcilePresence() async throws -> [DeviceKey] {
+        try await store.reconcilePresence(node: node.epoch, live: { [local] in local.registeredConnections })
     }
 
     /// A letter hands over at most this many entries; beyond, it names the users and their devices read the store.

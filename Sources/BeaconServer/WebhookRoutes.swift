@@ -8,6 +8,8 @@ struct WebhookRoutes {
     let api: API
     /// Seals the webhook secret; nil when push is off (no secret key).
     let box: SecretBox?
+    /// Receivers on loopback, link-local, private and other internal addresses allowed (`--webhook-private-targets`).
+    let privateTargets: Bool
 
     var store: any BeaconStore { api.store }
 
@@ -39,7 +41,8 @@ struct WebhookRoutes {
             pendingEvents = state.pendingEvents
             consecutiveFailures = state.consecutiveFailures
             nextAttemptAt = state.nextAttemptAt
-            lastError = state.lastError
+            // A category (`WebhookFailure`), also for a value stored before categories.
+            lastError = state.lastError.map(WebhookFailure.shown)
             droppedEvents = state.droppedEvents
         }
     }
@@ -58,6 +61,8 @@ struct WebhookRoutes {
         guard Self.secretBytes.contains(body.secret.utf8.count) else {
             throw BeaconError.illegal("secret must be \(Self.secretBytes.lowerBound) to \(Self.secretBytes.upperBound) bytes")
         }
+        // Resolved here too (a name that does not resolve now is accepted: every delivery resolves and checks again).
+        if !privateTargets, await WebhookTarget.isRefusedWhenSet(body.url) { throw Self.refusedTarget }
         let config = WebhookConfig(url: body.url, sealedSecret: try box.seal(Array(body.secret.utf8)), enabled: body.enabled ?? true)
         try await store.setWebhook(config, app: app.id, now: api.clock())
         return api.respond(request, app: app, action: "put", data: View(try await current(app)))
@@ -82,4 +87,8 @@ struct WebhookRoutes {
     }
 
     private static let notFound = BeaconError(.webhookNotFound, "this app has no push-result webhook")
+
+    /// The stable message of a URL this server will not POST to (`WebhookTarget`).
+    static let refusedTarget = BeaconError.illegal(
+        "url must not lead to a loopback, link-local, private or other internal address (this server refuses them unless its operator sets --webhook-private-targets)")
 }

@@ -19,6 +19,10 @@ public protocol BeaconStore: Sendable {
     func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord
     func app(_ key: AppKey) async throws -> AppRecord?
     func app(id: Int64) async throws -> AppRecord?
+    /// Replaces the app's client secret (its hash) and ends everything the old one opened, in one transaction: app
+    /// tokens issued before `now` are refused from then on (`tokensValidAfter`, which never moves back) and every console
+    /// session of the app is deleted. Returns the app as it now is, or nil when there is none.
+    func rotateClientSecret(app: Int64, newSecretHash: String, now: Int64) async throws -> AppRecord?
     /// The schema migrations this version knows that the database has not recorded as applied (`GET /ready`: a store
     /// that answers this is reachable and, with none pending, migrated).
     func pendingMigrations() async throws -> [String]
@@ -162,9 +166,9 @@ public protocol BeaconStore: Sendable {
     /// the user kicked or deleted) end as `skipped` with `binding_changed` instead. The jobs come in the order they
     /// were recorded (by `id`), so that a worker can push a device's in that order.
     func claimPushJobs(now: Int64, lease: Int64, limit: Int) async throws -> [PushJob]
-    /// Whether the job's device binding still holds its token (the check the claim made, made again just before a send
-    /// that waited long after its claim).
-    func bindingHolds(for job: NewPushJob, app: Int64) async throws -> Bool
+    /// Whether the job is still held by its claim (not deleted with its user meanwhile) and its device binding still holds
+    /// its token: the check the claim made, made again just before a send that waited long after its claim.
+    func bindingHolds(for job: PushJob) async throws -> Bool
     /// Records attempts' outcomes, each only if its job is still pending under the outcome's claim token (a job
     /// claimed again after its lease ran out cannot be completed twice). Returns how many were recorded.
     @discardableResult
@@ -209,6 +213,8 @@ public protocol BeaconStore: Sendable {
     func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession?
     /// Ends the session (signing out); false when there was none.
     func deleteConsoleSession(digest: String) async throws -> Bool
+    /// Ends every console session of every app (`beacon rotate-key`); returns how many there were.
+    func deleteAllConsoleSessions() async throws -> Int
     /// The app's users, its messages made since `since` (ms; counted by their time-ordered ids) and its push outcomes
     /// recorded since then.
     func activity(app: Int64, since: Int64) async throws -> AppActivity

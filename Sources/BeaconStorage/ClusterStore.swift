@@ -106,6 +106,13 @@ public protocol ClusterStore: BeaconStore {
     /// Removes the device's presence if connection `id` on `node` is still the one recorded; true if it was (the device
     /// went offline).
     func disconnect(_ device: DeviceKey, node: Int64, connection id: Int64) async throws -> Bool
+    /// Removes `node`'s presence rows whose connections are no longer live there (their `disconnect` failed or never ran):
+    /// the node's rows are read first, then `live` is asked for the ids of the connections still registered on the node,
+    /// and the rows read whose connection is not among them are removed (each only if still that connection's). A node
+    /// registers a connection before it records it here, so a connection registering while this runs either is in `live`
+    /// or has no row among those read: it is never removed. Rows are not added for live connections without one (a
+    /// missing row is a connection replaced on another node, or one about to end). Returns the devices that went offline.
+    func reconcilePresence(node: Int64, live: @Sendable () -> Set<Int64>) async throws -> [DeviceKey]
     /// The connected devices of the users: username → device id → connection (users with none are absent).
     func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]]
     /// Devices of the app connected to any node.

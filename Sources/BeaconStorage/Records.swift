@@ -9,14 +9,20 @@ public struct AppRecord: Sendable, Hashable {
     public var clientSecretHash: String
     public var limits: OfflineLimits
     public var createdAt: Int64
+    /// App tokens issued before this instant (ms) are refused: set when the client secret is rotated
+    /// (`BeaconStore.rotateClientSecret`). 0 for an app whose secret never was.
+    public var tokensValidAfter: Int64
 
-    public init(id: Int64, key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, createdAt: Int64) {
+    public init(
+        id: Int64, key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, createdAt: Int64, tokensValidAfter: Int64 = 0
+    ) {
         self.id = id
         self.key = key
         self.clientID = clientID
         self.clientSecretHash = clientSecretHash
         self.limits = limits
         self.createdAt = createdAt
+        self.tokensValidAfter = tokensValidAfter
     }
 }
 
@@ -150,12 +156,16 @@ public struct SeenDevice: Sendable, Hashable {
 public struct DeviceCursor: Sendable, Hashable {
     public var app: Int64
     public var username: String
+    /// The uuid of the user the device's session belongs to: when set, the cursor is written only while the name still
+    /// belongs to that user (an acknowledgement flushed after the user was deleted never reaches a new user of the name).
+    public var userID: String?
     public var device: String
     public var seq: Int64
 
-    public init(app: Int64, username: String, device: String, seq: Int64) {
+    public init(app: Int64, username: String, userID: String? = nil, device: String, seq: Int64) {
         self.app = app
         self.username = username
+        self.userID = userID
         self.device = device
         self.seq = seq
     }

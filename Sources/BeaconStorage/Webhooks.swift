@@ -22,7 +22,9 @@ public struct WebhookState: Sendable, Hashable {
     public var consecutiveFailures: Int
     /// When the next delivery may be tried (ms).
     public var nextAttemptAt: Int64
-    /// Why the last delivery failed (status or transport error), nil after a success.
+    /// Why the last delivery failed, as a coarse category (`refused_address`, `dns`, `connect`, `timeout`, `tls`,
+    /// `http_3xx`, `http_4xx`, `http_5xx`, `invalid_response`, `internal`; never a status code or an error's text), nil after
+    /// a success. Stored as the sender gives it.
     public var lastError: String?
     /// Events dropped unsent because the outbox held `WebhookOutbox.maxEventsPerApp` (since the webhook was set).
     public var droppedEvents: Int64

@@ -92,8 +92,14 @@ struct Serve: AsyncParsableCommand {
     @Option(help: Settings.nodeID.help)
     var nodeId: String?
 
+    @Option(help: Settings.trustedProxies.help)
+    var trustedProxy: String?
+
     @Flag(help: Settings.apnsSimulator.help)
     var apnsSimulator = false
+
+    @Flag(help: Settings.webhookPrivateTargets.help)
+    var webhookPrivateTargets = false
 
     @Flag(help: Settings.demo.help)
     var demo = false
@@ -110,22 +116,48 @@ struct Serve: AsyncParsableCommand {
         flag(Settings.apnsEndpoint, apnsEndpoint.map { .string($0) })
         flag(Settings.apnsCA, apnsCa.map { .string($0) })
         flag(Settings.nodeID, nodeId.map { .string($0) })
+        flag(Settings.trustedProxies, trustedProxy.map { .string($0) })
         flag(Settings.durability, durability.map { .string($0) })
         flag(Settings.apnsSimulator, apnsSimulator || demo ? .bool(true) : nil)
+        flag(Settings.webhookPrivateTargets, webhookPrivateTargets ? .bool(true) : nil)
         let config = try await data.reader(flags: flags)
         let logger = try makeLogger(config)
-        try await withConfiguredStore(config, logger: logger) { store, database in
+        _ = try Self.trustedProxies(config)  // an invalid entry stops `serve` before the store is opened
+        try await withConfiguredStore(config, logger: logger, lock: .server) { store, database in
             try await serve(store, database: database, config: config, logger: logger)
         }
     }
 
+    /// `trustedProxies`, parsed; an invalid entry is a `ValidationError` naming it.
+    private static func trustedProxies(_ config: ConfigReader) throws -> TrustedProxies {
+        do {
+            return try TrustedProxies(parsing: config.value(Settings.trustedProxies) ?? "")
+        } catch {
+            throw ValidationError("trustedProxies (--trusted-proxy, BEACON_TRUSTED_PROXIES): \(error.message)")
+        }
+    }
+
     private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
-        // Held while serving: `rotate-key` refuses to run beside a server on the embedded database.
-        let lock = try (store as? SQLiteStore).map { try ServeLock.shared($0.path) }
-        defer { withExtendedLifetime(lock) {} }
         let dataDir = config.value(Settings.dataDir)
         var configuration = BeaconConfiguration(host: config.value(Settings.host), port: config.value(Settings.port))
         configuration.nodeName = config.value(Settings.nodeID)
+        configuration.webhookPrivateTargets = config.value(Settings.webhookPrivateTargets)
+        func rate(_ setting: Setting<Int>) throws -> SendRate? {
+            let perSecond = config.value(setting)
+            guard (0...1_000_000).contains(perSecond) else {
+                throw ValidationError("\(setting.key ?? "") must be 0 (no limit) to 1000000 messages a second, not \(perSecond)")
+            }
+            return perSecond == 0 ? nil : SendRate(perSecond: perSecond, burst: perSecond * 5)
+        }
+        configuration.sendLimits = SendLimits(perUser: try rate(Settings.sendRatePerUser), perApp: try rate(Settings.sendRatePerApp))
+        configuration.userGroupMaxUsers = config.value(Settings.userGroupMaxUsers)
+        guard (2...100_000).contains(configuration.userGroupMaxUsers) else {
+            throw ValidationError("userGroupMaxUsers must be 2-100000, not \(configuration.userGroupMaxUsers)")
+        }
+        configuration.trustedProxies = try Self.trustedProxies(config)
+        if !configuration.trustedProxies.isEmpty {
+            logger.info("believing X-Forwarded-For and X-Forwarded-Proto from \(configuration.trustedProxies)")
+        }
         if let key = config.value(Settings.secretKey) {
             configuration.secretBox = try SecretBox(base64: key)
         } else if case .postgres = database {
@@ -205,7 +237,8 @@ struct Serve: AsyncParsableCommand {
 }
 
 struct AppCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "app", abstract: "Manage apps (tenants).", subcommands: [Create.self])
+    static let configuration = CommandConfiguration(
+        commandName: "app", abstract: "Manage apps (tenants).", subcommands: [Create.self, RotateSecret.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -236,6 +269,47 @@ struct AppCommand: AsyncParsableCommand {
                 print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
             } else {
                 print("Created app \(key)\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
+            }
+        }
+    }
+
+    struct RotateSecret: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-secret",
+            abstract: "Give an app a new client secret and print it (shown only once); what the old one opened ends.",
+            discussion: """
+                The client id stays. App tokens issued until now are refused (a running node may accept them for up to 5 \
+                seconds more), every console session of the app ends, and the old secret obtains nothing more. Runs beside \
+                running servers, on SQLite and PostgreSQL alike.
+                """)
+
+        @Argument(help: "The app as ORG/APP.")
+        var app: String
+
+        @Flag(help: "Print {\"org\",\"app\",\"client_id\",\"client_secret\"} as JSON.")
+        var json = false
+
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            let config = try await data.reader(flags: [:])
+            let key: AppKey
+            do {
+                key = try AppKey(parsing: app)
+            } catch {
+                throw ValidationError(error.message)
+            }
+            let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
+                store, _ in try await AppProvisioning.rotateSecret(key, in: store)
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
+            } else {
+                print(
+                    "Rotated the client secret of \(key); its app tokens and console sessions have ended\n"
+                        + "client_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
             }
         }
     }
@@ -312,9 +386,11 @@ enum ConfiguredDatabase: Sendable {
     }
 }
 
-/// Opens the configured store (schema brought up to date), runs `body` with it, and closes it.
+/// Opens the configured store (schema brought up to date), runs `body` with it, and closes it. With `lock`, the embedded
+/// database's `ServeLock` is taken first (before any migration) and held until `body` returns.
 func withConfiguredStore<T: Sendable>(
-    _ config: ConfigReader, logger: Logger, _ body: @Sendable (any BeaconStore, ConfiguredDatabase) async throws -> T
+    _ config: ConfigReader, logger: Logger, lock: ServeLock.Mode? = nil,
+    _ body: @Sendable (any BeaconStore, ConfiguredDatabase) async throws -> T
 ) async throws -> T {
     let database = try ConfiguredDatabase(config.value(Settings.database))
     switch database {
@@ -323,12 +399,17 @@ func withConfiguredStore<T: Sendable>(
         guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
             throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
         }
-        let store: SQLiteStore
+        let databasePath: String
         if let path {
-            store = try SQLiteStore(path: path, durability: durability)
+            databasePath = path
         } else {
-            store = try SQLiteStore(directory: config.value(Settings.dataDir), durability: durability)
+            let directory = config.value(Settings.dataDir)
+            try PrivateDirectory.create(directory)
+            databasePath = SQLiteStore.databasePath(inDirectory: directory)
         }
+        let held = try lock.map { try ServeLock(database: databasePath, mode: $0) }
+        defer { withExtendedLifetime(held) {} }
+        let store = try SQLiteStore(path: databasePath, durability: durability)
         return try await body(store, database)
     case .postgres(let url):
         return try await PostgresStore.withStore(url: url, logger: logger) { try await body($0, database) }
@@ -398,7 +479,7 @@ struct RotateKey: AsyncParsableCommand {
             --new-key-file, which is created (0600) with a fresh random key when it does not exist — before anything is \
             sealed with it, so that an interrupted run can be run again with the same file. With DATA_DIR/secret.key, that \
             file is replaced by the new key at the end (same owner); otherwise set BEACON_SECRET_KEY to the new key on every \
-            node. Tokens are signed with a key derived from the secret key: everyone signs in again.
+            node. Tokens are signed with a key derived from the secret key, and console sessions are ended: everyone signs in again.
             """)
 
     @Option(help: "The new key (base64): read if the file exists, else generated into it (0600). Keep it.")
@@ -429,7 +510,7 @@ struct RotateKey: AsyncParsableCommand {
         switch database {
         case .sqlite(let path):
             // Held until the end: no server starts on the database meanwhile.
-            serverLock = try ServeLock.exclusive(path ?? SQLiteStore.databasePath(inDirectory: dataDir))
+            serverLock = try ServeLock(database: path ?? SQLiteStore.databasePath(inDirectory: dataDir), mode: .maintenance)
         case .postgres:
             guard allNodesStopped else {
                 throw ValidationError("stop every node first, then confirm it with --all-nodes-stopped (a running node could not open what is sealed again)")
@@ -443,10 +524,14 @@ struct RotateKey: AsyncParsableCommand {
             new = try SecretBox.create(keyFile: newKeyFile)
             print("generated a new key in \(newKeyFile): keep it, it is the new secret key")
         }
-        let count = try await withConfiguredStore(config, logger: logger) { store, _ in
-            try await current.resealStoredSecrets(in: store, with: new, now: Int64(Date().timeIntervalSince1970 * 1000))
+        let (count, sessions) = try await withConfiguredStore(config, logger: logger) { store, _ -> (Int, Int) in
+            let count = try await current.resealStoredSecrets(in: store, with: new, now: Int64(Date().timeIntervalSince1970 * 1000))
+            // Tokens end with the old key (they are signed with a key derived from it); console sessions are stored, so
+            // they are ended here: everyone signs in again.
+            return (count, try await store.deleteAllConsoleSessions())
         }
         print("sealed \(count) stored secret(s) with the new key")
+        print("ended \(sessions) console session(s)")
         guard keyInFile else {
             print("now set BEACON_SECRET_KEY to the key in \(newKeyFile) on every node and start them")
             return
@@ -457,30 +542,36 @@ struct RotateKey: AsyncParsableCommand {
     }
 }
 
-/// `serve` on the embedded database holds a shared lock (`flock`) on its file for as long as it runs; a command that
-/// must not run beside a server (`rotate-key`) takes it exclusively, so neither starts while the other runs. (SQLite's
-/// own locks are `fcntl` locks: independent of these.)
+/// The embedded database's server lock: `serve` holds it (`flock`, exclusive, on `DATABASE.lock` beside the database
+/// file) for as long as it runs, and so does a command that must not run beside a server (`rotate-key`): a second
+/// server on the same file — two containers on one volume, a manual `serve` beside the systemd unit — refuses to start
+/// instead of sharing the push queue, the message-id slot and presence with the first. Commands that only read or add
+/// (`app create`, `backup`) take no lock. The kernel drops the lock when the process ends, kill -9 included. (A separate
+/// file: closing any descriptor of the database file itself would drop SQLite's own `fcntl` locks.)
 final class ServeLock: Sendable {
+    /// Who takes the lock: the message a second taker sees names the first.
+    enum Mode: Sendable {
+        case server
+        case maintenance
+    }
+
     private let descriptor: Int32
 
-    private init(_ path: String, operation: Int32, busy: String) throws {
-        descriptor = open(path, O_RDONLY)
+    init(database: String, mode: Mode) throws {
+        let path = database + ".lock"
+        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw ValidationError("cannot open \(path): \(String(cString: strerror(errno)))") }
-        guard flock(descriptor, operation | LOCK_NB) == 0 else {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             close(descriptor)
-            throw ValidationError(busy)
+            switch mode {
+            case .server:
+                throw ValidationError(
+                    "another beacon serve (or rotate-key) is using \(database): one server per embedded database; several nodes share PostgreSQL (docs/scaling.md)")
+            case .maintenance:
+                throw ValidationError("a server runs on \(database): stop it first")
+            }
         }
     }
 
     deinit { close(descriptor) }
-
-    /// For `serve`: fails while a command holds the database alone.
-    static func shared(_ path: String) throws -> ServeLock {
-        try ServeLock(path, operation: LOCK_SH, busy: "\(path) is held by another command (rotate-key): wait for it to finish")
-    }
-
-    /// For commands that need every server stopped.
-    static func exclusive(_ path: String) throws -> ServeLock {
-        try ServeLock(path, operation: LOCK_EX, busy: "a server runs on \(path): stop it first")
-    }
 }

@@ -68,6 +68,15 @@ enum Settings {
         key: "nodeId", flag: "--node-id NAME", environment: "BEACON_NODE_ID", defaultValue: nil,
         defaultText: "host name and process id",
         meaning: "This node's name in a cluster sharing one PostgreSQL (logs, the `cluster_nodes` table).")
+    static let trustedProxies = Setting<String?>(
+        key: "trustedProxies", flag: "--trusted-proxy ADDRESSES", environment: "BEACON_TRUSTED_PROXIES", defaultValue: nil,
+        defaultText: "none",
+        meaning: """
+            Comma-separated IP addresses or CIDR ranges (`127.0.0.1`, `10.0.0.0/8`, `::1`) of the reverse proxies in front. \
+            From these peers only, the client's address is the rightmost `X-Forwarded-For` entry that is not itself a trusted \
+            proxy (failed logins are limited per client address) and `X-Forwarded-Proto: https` makes the console cookie \
+            `Secure`; from any other peer, the peer is the client and both headers are ignored. An invalid entry stops `serve`.
+            """)
     static let secretKey = Setting<String?>(
         key: "secretKey", flag: nil, environment: "BEACON_SECRET_KEY", defaultValue: nil,
         defaultText: "generated in `DATA_DIR/secret.key` (0600), with a warning",
@@ -99,6 +108,33 @@ enum Settings {
     static let apnsCA = Setting<String?>(
         key: "apnsCa", flag: "--apns-ca FILE", environment: "BEACON_APNS_CA", defaultValue: nil, defaultText: "none",
         meaning: "The CA (PEM) to trust for `--apns-endpoint`, which needs it.")
+    static let webhookPrivateTargets = Setting<Bool>(
+        key: "webhookPrivateTargets", flag: "--webhook-private-targets", environment: "BEACON_WEBHOOK_PRIVATE_TARGETS",
+        defaultValue: false, defaultText: "off (refused)",
+        meaning: """
+            Let push-result webhooks POST to loopback, link-local (cloud metadata included), private, CGNAT, multicast and \
+            other internal addresses (IPv4, IPv6 and IPv4-mapped forms), for receivers on your own network. Off, such a URL \
+            is refused at `PUT /push/webhook`, and every delivery resolves the host, checks each address and connects only \
+            to a checked one (`last_error` `refused_address`).
+            """)
+    static let sendRatePerUser = Setting<Int>(
+        key: "sendRatePerUser", flag: nil, environment: "BEACON_SEND_RATE_PER_USER", defaultValue: 200, defaultText: "`200`",
+        meaning: """
+            Messages a second one user may send (user tokens and devices; one per target), with bursts of five times as \
+            many; past it a send gets `429 too_many_requests` and nothing is stored. Counted per node. `0`: no limit.
+            """)
+    static let sendRatePerApp = Setting<Int>(
+        key: "sendRatePerApp", flag: nil, environment: "BEACON_SEND_RATE_PER_APP", defaultValue: 20_000, defaultText: "`20000`",
+        meaning: """
+            Messages a second one app may send in all (app tokens too), with bursts of five times as many, so that one \
+            tenant cannot hold the server's writer for the others. Counted per node. `0`: no limit.
+            """)
+    static let userGroupMaxUsers = Setting<Int>(
+        key: "userGroupMaxUsers", flag: nil, environment: "BEACON_USER_GROUP_MAX_USERS", defaultValue: 200, defaultText: "`200`",
+        meaning: """
+            The most members a group created with a user token may have (its `maxusers`; Easemob's default). A user token \
+            creates a group of one; only the app adds members. Groups the app creates may have up to 100,000.
+            """)
     static let demo = Setting<Bool>(
         key: nil, flag: "--demo", environment: nil, defaultValue: false, defaultText: "off",
         meaning: "`--apns-simulator` plus a seeded demo app; prints the curl that pushes to an offline user.")
@@ -107,8 +143,8 @@ enum Settings {
         meaning: "A JSON file of settings by their file key (e.g. `{\"port\": 9000}`).")
 
     static let all: [any DocumentedSetting] = [
-        host, port, dataDir, database, durability, nodeID, secretKey, logLevel, logFormat, apnsSimulator, apnsEndpoint, apnsCA,
-        demo, configFile,
+        host, port, dataDir, database, durability, nodeID, trustedProxies, secretKey, logLevel, logFormat, apnsSimulator, apnsEndpoint, apnsCA,
+        webhookPrivateTargets, sendRatePerUser, sendRatePerApp, userGroupMaxUsers, demo, configFile,
     ]
 
     /// The configuration file's keys.

@@ -56,6 +56,30 @@ import Testing
         #expect(throws: BeaconError.self) { try Validation.validateContent(type: type, body: body, ext: [:]) }
     }
 
+    /// A body or ext nested `levels` deep: the object itself, then arrays.
+    static func nested(_ levels: Int) -> JSONValue {
+        var value: JSONValue = "leaf"
+        for _ in 1..<levels { value = [value] }
+        return ["msg": "x", "deep": value]
+    }
+
+    @Test func limitsNestingToSixtyFourLevelsInBodyAndExt() throws {
+        try Validation.validateContent(type: .txt, body: Self.nested(Validation.maxMessageDepth), ext: [:])
+        #expect(throws: BeaconError(.illegalArgument, "body nests objects and arrays deeper than 64 levels")) {
+            try Validation.validateContent(type: .txt, body: Self.nested(Validation.maxMessageDepth + 1), ext: [:])
+        }
+        let deepExt = try #require(Self.nested(Validation.maxMessageDepth + 1).objectValue)
+        #expect(throws: BeaconError(.illegalArgument, "ext nests objects and arrays deeper than 64 levels")) {
+            try Validation.validateContent(type: .txt, body: ["msg": "x"], ext: deepExt)
+        }
+        // Empty containers count as a level too.
+        #expect(throws: BeaconError.self) {
+            var value: JSONValue = [:]
+            for _ in 0..<Validation.maxMessageDepth { value = ["k": value] }
+            try Validation.validateContent(type: .txt, body: ["msg": "x", "d": value], ext: [:])
+        }
+    }
+
     @Test func limitsBodyPlusExtToFiveKilobytes() throws {
         let half = String(repeating: "x", count: 2500)
         try Validation.validateContent(type: .txt, body: ["msg": .string(half)], ext: ["a": .string(half)])

@@ -129,6 +129,79 @@ struct ClusterTests {
         }
     }
 
+    /// A device's presence row could not be removed when it disconnected (the database restarting): the removal is tried
+    /// again in the background, the device goes offline, and what it was online for is pushed.
+    @Test func aFailedPresenceRemovalIsTriedAgain() async throws {
+        let failures = Locked(0)
+        var hooks = BeaconHooks()
+        hooks.beforePresenceRemoval = { username, _ in
+            guard username == "bob" else { return }
+            let fail = failures.withLock { count in
+                count += 1
+                return count == 1
+            }
+            if fail { throw BeaconError(.internalError, "injected failure") }
+        }
+        let failingOnce = hooks
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(1, push: simulator, hooks: failingOnce) { nodes in
+                let a = nodes[0]
+                try await a.createUsers("alice", "bob")
+                try await a.uploadP8()
+                let token = String(repeating: "ef", count: 32)
+                #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
+                let phone = try await RawDevice.connect(a, "bob", device: "phone")
+                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
+                await phone.close()
+                let records = try await a.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
+                #expect(records.filter { $0["status"]?.stringValue == "sent" }.count == 1)
+                #expect(simulator.deliveries(deviceToken: token).count == 1)
+                #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
+                #expect(failures.withLock { $0 } >= 2)  // failed once, then removed by a retry
+            }
+        }
+    }
+
+    /// Every removal of a device's presence row fails (retries included): the node's reconcile removes the row (its
+    /// connection has ended), the device goes offline, and what it was online for is pushed.
+    @Test func theReconcileRemovesPresenceWhoseRemovalKeptFailing() async throws {
+        let failures = Locked(0)
+        var hooks = BeaconHooks()
+        hooks.beforePresenceRemoval = { username, _ in
+            guard username == "bob" else { return }
+            failures.withLock { $0 += 1 }
+            throw BeaconError(.internalError, "injected failure")
+        }
+        let failingAlways = hooks
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(1, push: simulator, hooks: failingAlways) { nodes in
+                let a = nodes[0]
+                try await a.createUsers("alice", "bob", "carol")
+                try await a.uploadP8()
+                let token = String(repeating: "fe", count: 32)
+                #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
+                let phone = try await RawDevice.connect(a, "bob", device: "phone")
+                let carol = try await RawDevice.connect(a, "carol", device: "pad")
+                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
+                await phone.close()
+                for _ in 0..<1000 where failures.withLock({ $0 }) < 1 { try await Task.sleep(for: .milliseconds(10)) }
+                #expect(failures.withLock { $0 } >= 1)
+                // The row stayed: bob counts as online although his only connection ended.
+                #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1) == ["bob": ["phone"]])
+                try await a.server.reconcilePresence()
+                #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
+                #expect(try await a.presence.onlineDevices(of: ["carol"], app: 1) == ["carol": ["pad"]])  // still connected
+                try await a.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
+                #expect(simulator.deliveries(deviceToken: token).count == 1)
+                await carol.close()
+            }
+        }
+    }
+
     /// The wake-up connection is killed: the mailbox is still read (polling), the listener comes back, nothing is lost.
     @Test func aKilledWakeUpConnectionCostsNoMessage() async throws {
         try await TestBeacon.runNodes(2) { nodes in

@@ -70,9 +70,9 @@ import FoundationNetworking
             #expect(attributes.isSuperset(of: ["httponly", "samesite=strict", "path=/", "max-age=28800"]))
             #expect(!attributes.contains("secure"))
             #expect(answer.headers["cache-control"] == "no-store")
-            // Behind a TLS proxy the cookie is Secure.
-            let behindTLS = try await Self.signIn(beacon, headers: ["X-Forwarded-Proto": "https"])
-            #expect(behindTLS.answer.headers["set-cookie"]?.lowercased().contains("; secure") == true)
+            // `X-Forwarded-Proto` from a peer that is not a trusted proxy is anyone's word: ignored.
+            let claimed = try await Self.signIn(beacon, headers: ["X-Forwarded-Proto": "https"])
+            #expect(claimed.answer.headers["set-cookie"]?.lowercased().contains("; secure") == false)
 
             // The cookie acts as the app, with its CSRF token; not from another site.
             #expect(try await Self.send(beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": cookie, "X-CSRF-Token": csrf]).status == 200)
@@ -83,6 +83,23 @@ import FoundationNetworking
             let planted = try await Self.send(
                 beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": "\(cookie); beacon_console=planted", "X-CSRF-Token": csrf])
             #expect(planted.status == 401)
+        }
+    }
+
+    /// Behind a trusted TLS proxy (`--trusted-proxy`) the cookie is `Secure` when the proxy says the browser came over
+    /// HTTPS; sign-out's clearing cookie too.
+    @Test func behindATrustedTLSProxyTheCookieIsSecure() async throws {
+        try await TestBeacon.run(trustedProxies: try TrustedProxies(parsing: "127.0.0.1")) { beacon in
+            let overTLS = try await Self.signIn(beacon, headers: ["X-Forwarded-Proto": "https"])
+            #expect(overTLS.answer.headers["set-cookie"]?.lowercased().contains("; secure") == true)
+            let signedOut = try await Self.send(
+                beacon, "DELETE", "/console/session",
+                headers: ["Cookie": overTLS.cookie, "X-CSRF-Token": overTLS.csrf, "X-Forwarded-Proto": "https"])
+            #expect(signedOut.status == 204)
+            #expect(signedOut.headers["set-cookie"]?.lowercased().contains("; secure") == true)
+            // The proxy says plain HTTP: not Secure (the browser would not send it back).
+            let plain = try await Self.signIn(beacon, headers: ["X-Forwarded-Proto": "http"])
+            #expect(plain.answer.headers["set-cookie"]?.lowercased().contains("; secure") == false)
         }
     }
 

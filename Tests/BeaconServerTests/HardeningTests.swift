@@ -3,6 +3,7 @@ import BeaconClient
 import BeaconCore
 import BeaconProtocol
 import BeaconServer
+import Crypto
 import Foundation
 import Testing
 
@@ -176,7 +177,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             #expect(try await beacon.rest("DELETE", "/users/dave").status == 200)
             clock.advance(seconds: 5)
             try await beacon.deliveries(of: "bob") { $0.first?["status"] == "skipped" }
-            #expect(try await beacon.deliveries(of: "dave").first?["reason"] == "user_deleted")
+            #expect(try await beacon.deliveries(of: "dave").isEmpty)  // deleted with him (the webhook reported `user_deleted`)
             #expect(simulator.deliveries().isEmpty)
         }
     }
@@ -417,7 +418,34 @@ private let carolsPhone = String(repeating: "c3", count: 32)
                 "POST", "/messages/users",
                 ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"], "ext": ["em_apns_ext": ["em_push_collapse_key": "thread-9"]]])
             _ = try await beacon.pushOutcomes.attempts(2)
-            #expect(simulator.deliveries(deviceToken: phone).map(\.collapseID) == [sent.json["data"]?["bob"]?.stringValue, "thread-9"])
+            // The documented form: base64url (unpadded) of SHA-256 over the sender, a NUL and the key.
+            let keyed = Data(SHA256.hash(data: Array("alice\u{0}thread-9".utf8))).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            #expect(keyed.count == 43)
+            #expect(simulator.deliveries(deviceToken: phone).map(\.collapseID) == [sent.json["data"]?["bob"]?.stringValue, keyed])
+        }
+    }
+
+    /// mallory cannot replace alice's notification on bob's lock screen: neither alice's message id nor alice's own key,
+    /// used as mallory's collapse key, gives mallory's push the collapse id of alice's (issue 22).
+    @Test func aSenderCannotCollapseAnotherSendersNotification() async throws {
+        try await withPushBeacon { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "mallory")
+            try await beacon.uploadP8()
+            _ = try await beacon.bind("bob", token: phone)
+            func send(_ from: String, key: String?) async throws -> String? {
+                let ext: JSONValue = key.map { ["em_apns_ext": ["em_push_collapse_key": .string($0)]] } ?? [:]
+                let body: JSONValue = ["from": .string(from), "to": ["bob"], "type": "txt", "body": ["msg": "x"], "ext": ext]
+                return try await beacon.rest("POST", "/messages/users", body).json["data"]?["bob"]?.stringValue
+            }
+            let plain = try #require(try await send("alice", key: nil))
+            _ = try await send("alice", key: "thread-9")
+            _ = try await send("mallory", key: plain)
+            _ = try await send("mallory", key: "thread-9")
+            _ = try await beacon.pushOutcomes.attempts(4)
+            let ids = simulator.deliveries(deviceToken: phone).map(\.collapseID)
+            #expect(ids.count == 4 && Set(ids).count == 4, "\(ids)")
+            #expect(ids.first == plain)
         }
     }
 }

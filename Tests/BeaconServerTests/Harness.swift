@@ -50,18 +50,27 @@ struct TestBeacon: Sendable {
     /// The node in its cluster (PostgreSQL), nil on SQLite.
     let clusterNode: ClusterNode?
     let directory: URL
+    /// The server itself, for what tests drive directly (a cluster node's presence reconcile).
+    let server: BeaconServer
 
     var appKey: String { "acme#chat" }
+
+    /// `BeaconConfiguration.webhookPrivateTargets` of the servers started in this task: off as in production; tests whose
+    /// webhook receiver listens on 127.0.0.1 run under `TestBeacon.$webhookPrivateTargets.withValue(true)`.
+    @TaskLocal static var webhookPrivateTargets = false
 
     /// Runs `body` against a fresh server; shuts the server down afterwards. With `push`, the server pushes
     /// to that simulator (trusting what is uploaded) using `secretKey`; `directory` reuses a data directory.
     static func run<T: Sendable>(
         clock: TestClock? = nil, push: APNsSimulator? = nil, apnsRouting: APNsRouting? = nil, directory: URL? = nil,
-        hooks: BeaconHooks = BeaconHooks(), logger: Logger? = nil, _ body: @Sendable (TestBeacon) async throws -> T
+        hooks: BeaconHooks = BeaconHooks(), logger: Logger? = nil, trustedProxies: TrustedProxies = .none,
+        _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
         return try await withTestStore(directory: directory) { store in
-            try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: apnsRouting, hooks: hooks, logger: logger, body)
+            try await run(
+                store: store, directory: directory, clock: clock, push: push, apnsRouting: apnsRouting, hooks: hooks, logger: logger,
+                trustedProxies: trustedProxies, body)
         }
     }
 
@@ -81,7 +90,8 @@ struct TestBeacon: Sendable {
     /// Runs `body` against `count` nodes sharing one fresh PostgreSQL schema, each with its own connection pool as separate
     /// processes have (needs `BEACON_TEST_POSTGRES_URL`).
     static func runNodes<T: Sendable>(
-        _ count: Int, clock: TestClock? = nil, push: APNsSimulator? = nil, _ body: @Sendable ([TestBeacon]) async throws -> T
+        _ count: Int, clock: TestClock? = nil, push: APNsSimulator? = nil, hooks: BeaconHooks = BeaconHooks(),
+        _ body: @Sendable ([TestBeacon]) async throws -> T
     ) async throws -> T {
         let base = try #require(ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"])
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-cluster-\(UUID().uuidString)")
@@ -94,7 +104,7 @@ struct TestBeacon: Sendable {
         @Sendable func start(_ started: [TestBeacon]) async throws -> T {
             guard started.count < count else { return try await body(started) }
             return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger) { store in
-                try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: nil, hooks: BeaconHooks()) { beacon in
+                try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: nil, hooks: hooks) { beacon in
                     try await start(started + [beacon])
                 }
             }
@@ -104,7 +114,7 @@ struct TestBeacon: Sendable {
 
     private static func run<T: Sendable>(
         store: any BeaconStore, directory: URL, clock: TestClock?, push: APNsSimulator?, apnsRouting: APNsRouting?, hooks: BeaconHooks,
-        logger: Logger? = nil, _ body: @Sendable (TestBeacon) async throws -> T
+        logger: Logger? = nil, trustedProxies: TrustedProxies = .none, _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         let logger = logger ?? {
             var logger = Logger(label: "beacon.test")
@@ -118,6 +128,8 @@ struct TestBeacon: Sendable {
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, retentionInterval: .seconds(3600), passwordHashRounds: 1000)
         if let clock { configuration.clock = { clock.now } }
         configuration.hooks = hooks
+        configuration.webhookPrivateTargets = webhookPrivateTargets
+        configuration.trustedProxies = trustedProxies
         configuration.secretBox = SecretBox(key: testSecretKey)
         let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)
         configuration.onPushAttempts = { for outcome in $0 { outcomeSink.yield(outcome) } }
@@ -152,7 +164,7 @@ struct TestBeacon: Sendable {
             let token = server.issueToken(app: app)
             let beacon = TestBeacon(
                 baseURL: baseURL, port: port, store: store, credentials: credentials, appToken: token, pushOutcomes: pushOutcomes,
-                presence: server.presence, clusterNode: server.clusterNode, directory: directory)
+                presence: server.presence, clusterNode: server.clusterNode, directory: directory, server: server)
             do {
                 let result = try await body(beacon)
                 await services.triggerGracefulShutdown()

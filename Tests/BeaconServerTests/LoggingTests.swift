@@ -43,6 +43,38 @@ import FoundationNetworking
         #expect(time.hasSuffix("Z") && time.count == 24)
     }
 
+    /// A message whose pushes cannot be decided is logged by id at every retry, never with its body (issue 22).
+    @Test func aRoutingFailureLogsTheMessageIdNotItsBody() async throws {
+        struct Refused: Error {}
+        let lines = Lines()
+        let clock = TestClock()
+        let hooks = {
+            var hooks = BeaconHooks()
+            hooks.afterPresence = { _ in throw Refused() }
+            return hooks
+        }()
+        try await withSimulator { simulator in
+            try await TestBeacon.run(clock: clock, push: simulator, hooks: hooks, logger: lines.logger()) { beacon in
+                try await beacon.createUsers("alice", "bob")
+                let (status, answer) = try await beacon.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "my PIN is 4711"]])
+                #expect(status == 200, "\(answer)")
+                // The sweep retries the pending route once it is old enough, and fails again.
+                clock.advance(seconds: 10)
+                var failures: [JSONValue] = []
+                for _ in 0..<200 where failures.isEmpty {
+                    failures = lines.objects.filter { $0["message"] == "routing a pending message failed" }
+                    if failures.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+                }
+                let failure = try #require(failures.first)
+                // The metadata's `message` (shadowed by the line's own as `_message`) is the id alone.
+                #expect(UInt64(failure["_message"]?.stringValue ?? "") != nil, "\(failure)")
+                #expect(failure["error"] != nil)
+                #expect(!lines.all.contains { $0.contains("4711") })
+            }
+        }
+    }
+
     @Test func everyRequestIsOneLineWithItsRouteStatusAndIdAndNoToken() async throws {
         let lines = Lines()
         try await TestBeacon.run(logger: lines.logger()) { beacon in

@@ -56,7 +56,7 @@ import Testing
     /// The same for a webhook secret: a receiver would reject every signed delivery.
     @Test func aServerWhoseSecretKeyCannotOpenTheWebhookSecretRefusesToStart() async throws {
         try await TestBeacon.run { beacon in
-            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef0123"])
+            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://192.0.2.1:9/hook", "secret": "0123456789abcdef0123"])
             #expect(put.status == 200)
             var configuration = BeaconConfiguration(port: 0)
             configuration.secretBox = SecretBox(key: SymmetricKey(size: .bits256))
@@ -73,7 +73,7 @@ import Testing
     @Test func rotatingTheKeyResealsEveryStoredSecret() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.uploadP8(name: "ios-prod")
-            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef0123"])
+            let put = try await beacon.rest("PUT", "/push/webhook", ["url": "http://192.0.2.1:9/hook", "secret": "0123456789abcdef0123"])
             #expect(put.status == 200)
             let app = try #require(try await beacon.store.app(AppKey(org: "acme", name: "chat")))
             let old = SecretBox(key: testSecretKey)
@@ -85,7 +85,7 @@ import Testing
             #expect(try new.open(try #require(try await beacon.store.pushConfig("ios-prod", app: app.id)).sealedSecret) == credentials)
             let webhook = try #require(try await beacon.store.webhook(app: app.id))
             #expect(try new.open(webhook.config.sealedSecret) == Array("0123456789abcdef0123".utf8))
-            #expect(webhook.config.url == "http://127.0.0.1:9/hook" && webhook.config.enabled)
+            #expect(webhook.config.url == "http://192.0.2.1:9/hook" && webhook.config.enabled)
             // Again (an interrupted rotation run a second time): nothing left to do.
             #expect(try await old.resealStoredSecrets(in: beacon.store, with: new, now: 2) == 0)
             // From a key that opens nothing.
@@ -114,6 +114,9 @@ import Testing
             PushConfigRecord(
                 appID: app.id, name: "ios", kind: .p8, environment: "production", bundleID: "com.example", voip: false, keyID: "K", teamID: "T",
                 sealedSecret: try old.seal(pem), expiresAt: nil, createdAt: 1))
+        // A console session, which is not signed with the key: rotating the key ends it too.
+        let farFuture = Int64(Date().timeIntervalSince1970 * 1000) + 24 * 3600 * 1000
+        try await store.createConsoleSession(ConsoleSession(digest: "signed-in", app: app.id, createdAt: 1, expiresAt: farFuture), now: 1)
         func rotate(_ extra: [String] = []) async throws -> (Int32, String) {
             let result = try await runToExit(BeaconProcess.executable, ["rotate-key", "--data-dir", data, "--new-key-file", newKeyFile] + extra)
             return (result.status, String(decoding: result.output, as: UTF8.self))
@@ -130,6 +133,8 @@ import Testing
         let (status, output) = try await rotate()
         #expect(status == 0, "\(output)")
         #expect(output.contains("sealed 1 stored secret(s)"))
+        #expect(output.contains("ended 1 console session(s)"))
+        #expect(try await store.consoleSession(digest: "signed-in", now: 2) == nil)
         let new = try SecretBox.read(keyFile: newKeyFile)
         #expect(try new.open(try #require(try await store.pushConfig("ios", app: app.id)).sealedSecret) == pem)
         #expect(try String(contentsOfFile: SecretBox.keyFile(inDataDirectory: data), encoding: .utf8) == String(contentsOfFile: newKeyFile, encoding: .utf8))

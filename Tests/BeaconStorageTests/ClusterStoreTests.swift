@@ -142,6 +142,36 @@ struct ClusterStoreTests {
         }
     }
 
+    @Test func aReconcileRemovesTheNodesPresenceOfConnectionsNoLongerLive() async throws {
+        try await withNodes(1) { stores in
+            let store = stores[0]
+            let app = try await makeApp(store)
+            let (mine, other) = (try await store.joinCluster(name: "mine").epoch, try await store.joinCluster(name: "other").epoch)
+            let phone = DeviceKey(app: app.id, username: "bob", deviceID: "phone")
+            let pad = DeviceKey(app: app.id, username: "bob", deviceID: "pad")
+            let laptop = DeviceKey(app: app.id, username: "carol", deviceID: "laptop")
+            let tv = DeviceKey(app: app.id, username: "alice", deviceID: "tv")
+            #expect(try await store.reconcilePresence(node: mine, live: { [] }).isEmpty)  // no rows at all
+            for (device, node, id) in [(phone, mine, Int64(1)), (pad, mine, 2), (laptop, mine, 3), (tv, other, 4)] {
+                #expect(try await store.connect(device, node: node, connection: id, openedAgo: 0) == .connected(replacing: nil))
+            }
+            // Every connection still live: nothing goes.
+            #expect(try await store.reconcilePresence(node: mine, live: { [1, 2, 3, 99] }).isEmpty)
+            // The pad's and the laptop's connections ended here without their rows going; the other node's row is its own.
+            let removed = try await store.reconcilePresence(node: mine, live: { [1] })
+            #expect(Set(removed) == [pad, laptop])
+            let current = try await store.connections(of: ["alice", "bob", "carol"], app: app.id)
+            #expect(current["bob"]?.keys.sorted() == ["phone"])
+            #expect(current["carol"] == nil)
+            #expect(current["alice"]?["tv"]?.node == other)
+            #expect(try await store.reconcilePresence(node: mine, live: { [1] }).isEmpty)  // done already
+            // The phone reconnected to the other node: its row is no longer this node's, whatever this node holds.
+            _ = try await store.connect(phone, node: other, connection: 5, openedAgo: 0)
+            #expect(try await store.reconcilePresence(node: mine, live: { [] }).isEmpty)
+            #expect(try await store.connections(of: ["bob"], app: app.id)["bob"]?["phone"]?.id == 5)
+        }
+    }
+
     @Test func lettersAreTakenOnceInOrderByTheirNodeOnly() async throws {
         try await withNodes(2) { stores in
             let (one, two) = (try await stores[0].joinCluster(name: "one").epoch, try await stores[0].joinCluster(name: "two").epoch)

@@ -64,9 +64,9 @@ import Testing
             #expect(try await store.claimWebhookBatch(now: now + 5, lease: 60_000, limit: 10) == nil)
 
             // A failed delivery backs off; the same events go again afterwards.
-            #expect(try await store.finishWebhookBatch(batch, error: "HTTP 503", retryAt: now + 1000, now: now + 6))
+            #expect(try await store.finishWebhookBatch(batch, error: "http_5xx", retryAt: now + 1000, now: now + 6))
             var state = try #require(try await store.webhook(app: app.id))
-            #expect(state.consecutiveFailures == 1 && state.lastError == "HTTP 503" && state.nextAttemptAt == now + 1000)
+            #expect(state.consecutiveFailures == 1 && state.lastError == "http_5xx" && state.nextAttemptAt == now + 1000)
             #expect(try await store.claimWebhookBatch(now: now + 999, lease: 60_000, limit: 10) == nil)
             let retry = try #require(try await store.claimWebhookBatch(now: now + 1000, lease: 60_000, limit: 1))
             #expect(retry.events == [batch.events[0]] && retry.consecutiveFailures == 1)

@@ -7,7 +7,8 @@ app developer does: a wrong secret is refused, the demo's push certificate is li
 listed, bad uploads show their error next to the file field, a test push shows APNs' answer and its attempt in
 Deliveries, a message sent from the console shows up in Deliveries as `sent` (and a silent group message as skipped,
 `silent`), bob's do-not-disturb is shown in his time zone, a change without the CSRF token is refused, a tab whose session
-was replaced goes back to the sign-in form, and sign-out ends the session. It takes screenshots of the main pages as it
+was replaced goes back to the sign-in form, sign-out ends the session, and rotating the client secret (after a
+confirmation) shows the new one once and ends the session. It takes screenshots of the main pages as it
 goes: `--screenshots docs/console` refreshes the README's.
 
 Usage: python3 tests/console/console_test.py --beacon .build/debug/beacon [--chromium /usr/bin/chromium] [--screenshots DIR]
@@ -478,6 +479,32 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 assert width <= 390, f"the page is {width} px wide on a 390 px screen"
                 phone.close()
             failures.step("readable on a phone screen (no horizontal scrolling)", phone_layout)
+
+            def rotate_secret() -> None:
+                # Last: the demo app's printed secret stops working.
+                sign_in(page, base, credentials)
+                expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+                page.once("dialog", lambda dialog: dialog.dismiss())
+                page.get_by_role("button", name="Rotate client secret").click()
+                expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+                old = next(c for c in page.context.cookies() if c["name"] == "beacon_console")
+                page.once("dialog", lambda dialog: dialog.accept())
+                page.get_by_role("button", name="Rotate client secret").click()
+                expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+                expect(page.locator("#sign-in")).to_contain_text("this one too")
+                expect(page.locator("#new-client-id")).to_have_text(credentials["client_id"])
+                secret = page.locator("#new-client-secret").inner_text()
+                assert secret and secret != credentials["client_secret"], f"no new secret shown ({secret!r})"
+                # The session ended on the server: its cookie, put back by hand, opens nothing.
+                page.context.add_cookies([old])
+                status = page.evaluate("async () => (await fetch('/demo/chat/push/certificates')).status")
+                assert status == 401, f"the session of the rotated secret still answered {status}"
+                sign_in(page, base, credentials)
+                expect(page.locator("#sign-in-error")).to_contain_text("client_secret is wrong")
+                sign_in(page, base, {**credentials, "client_secret": secret})
+                expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+            failures.step("rotating the client secret asks, shows the new secret once and ends the session; only the new secret signs in",
+                          rotate_secret)
 
             failures.step("no script errors", lambda: (_ for _ in ()).throw(AssertionError("; ".join(errors))) if errors else None)
             browser.close()

@@ -624,7 +624,8 @@ class Server:
     def start(self) -> None:
         self.log_file = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [self.beacon, "serve", "--demo", "--port", str(self.port), "--data-dir", str(self.data_dir)],
+            # The webhook receiver listens on loopback, a target refused unless allowed (issue 22).
+            [self.beacon, "serve", "--demo", "--webhook-private-targets", "--port", str(self.port), "--data-dir", str(self.data_dir)],
             stdout=self.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
         )
 
@@ -1037,6 +1038,31 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     report.check([e.get("username") for e in entities_of(answer)] == ["frank"], "deleteUser answers the user as it was")
     c.call("getUser", {"username": "frank"}, token=app_token, expect=404, error="user_not_found", label="(deleted)")
     c.call("deleteUser", {"username": "frank"}, token=app_token, expect=404, error="user_not_found", label="(already deleted)")
+
+    # --- rotating the client secret, last: what the old secret opened ends ----------------------------------------------
+    answer = c.call("signInToConsole", body=sign_in, label="(before a rotation)")
+    cookie = {"Cookie": (answer.headers.get("set-cookie", "") if answer else "").split(";")[0]}
+    csrf = ((answer.json or {}) if answer else {}).get("csrf_token", "")
+    c.call("rotateClientSecret", token=tokens["carol"], expect=403, error="forbidden_op", label="(user token)")
+    c.call("rotateClientSecret", headers=cookie, expect=403, error="forbidden_op", label="(console session without CSRF token)")
+    answer = c.call("rotateClientSecret", headers={**cookie, "X-CSRF-Token": csrf}, label="(console session)")
+    rotated = data_of(answer) or {}
+    new_secret = rotated.get("client_secret")
+    report.check(
+        bool(new_secret) and new_secret != credentials["client_secret"] and rotated.get("client_id") == credentials["client_id"],
+        "rotateClientSecret answers a new secret for the same client id", repr(answer and answer.json))
+    report.check(
+        "max-age=0" in (answer.headers.get("set-cookie", "") if answer else "").lower() and (answer.headers.get("cache-control") if answer else None) == "no-store",
+        "rotateClientSecret clears the console cookie and is not cached", repr(answer and answer.headers))
+    c.call("getConsoleSession", headers=cookie, expect=401, error="unauthorized", label="(the client secret was rotated)")
+    c.call("listPushCertificates", token=app_token, expect=401, error="auth_bad_access_token", label="(app token of a rotated secret)")
+    c.call("getToken", body={"grant_type": "client_credentials", "client_id": credentials["client_id"], "client_secret": credentials["client_secret"]}, expect=400, error="invalid_grant", label="(rotated secret)")
+    answer = c.call("getToken", body={"grant_type": "client_credentials", "client_id": credentials["client_id"], "client_secret": new_secret or "", "ttl": 90 * 24 * 3600}, label="(new secret, ttl over 7 days)")
+    report.check(((answer.json or {}) if answer else {}).get("expires_in") == 7 * 24 * 3600, "an app token lives 7 days at most", repr(answer and answer.json))
+    new_token = ((answer.json or {}) if answer else {}).get("access_token")
+    c.call("listPushCertificates", token=new_token, label="(app token of the new secret)")
+    c.call("rotateClientSecret", token=new_token, label="(app token)")
+    c.call("listPushCertificates", token=new_token, expect=401, error="auth_bad_access_token", label="(app token of the secret rotated with it)")
 
 
 def check_demo(report: Report, c: Client, log: str) -> None:

@@ -196,7 +196,54 @@ async function overviewPage() {
       figure("messages in the last hour", stats.last_hour.messages, "figure-messages-hour"),
       figure("messages in the last day", stats.last_day.messages, "figure-messages-day")),
     el("section", { class: "card", id: "pushes-hour" }, el("h2", {}, "Pushes in the last hour"), outcomes(stats.last_hour)),
-    el("section", { class: "card", id: "pushes-day" }, el("h2", {}, "Pushes in the last day"), outcomes(stats.last_day)));
+    el("section", { class: "card", id: "pushes-day" }, el("h2", {}, "Pushes in the last day"), outcomes(stats.last_day)),
+    credentialsCard());
+}
+
+/**
+ * The app's client credentials: rotating the secret (after a confirmation) ends everything the old one opened, this
+ * session included, so the page goes to the sign-in form with the new secret shown above it, once.
+ */
+function credentialsCard() {
+  const error = el("p", { class: "form-error", id: "rotate-error", role: "alert" });
+  const rotate = el("button", { type: "button", class: "secondary", id: "rotate-secret" }, "Rotate client secret");
+  rotate.addEventListener("click", async () => {
+    const app = `${console_.session.org}/${console_.session.app}`;
+    if (!window.confirm(`Rotate the client secret of ${app}? The current secret stops working at once: every app token issued with it `
+      + "and every console session of the app, this one too, end. The new secret is shown once.")) return;
+    error.textContent = "";
+    rotate.disabled = true;
+    let answer;
+    try {
+      answer = await call("POST", "credentials/rotate");
+    } catch (failure) {
+      rotate.disabled = false;
+      if (console_.session) error.textContent = `The secret was not rotated: ${failure.message}`;
+      return;
+    }
+    showRotatedSecret(answer.data);
+  });
+  return el("section", { class: "card", id: "credentials" }, el("h2", {}, "Client credentials"),
+    el("p", { class: "hint" }, "A leaked client secret? Rotate it: the old one obtains nothing more, and its app tokens and console "
+      + "sessions end (on other servers of a cluster within 5 seconds). The client id stays; user tokens stay."),
+    rotate, error);
+}
+
+/** After a rotation: the sign-in form, with the new credentials above it (shown only here) and all but the secret filled in. */
+function showRotatedSecret(credentials) {
+  location.hash = "";
+  showSignIn("The client secret was rotated: every app token and console session of the app has ended, this one too.");
+  const form = document.getElementById("sign-in");
+  const card = el("section", { class: "card", id: "new-secret", role: "status" },
+    el("h2", {}, "New client secret"),
+    el("p", {}, "Copy it now: it is shown only this once (Beacon keeps only its hash). Then sign in with it."),
+    el("p", {}, "Client id: ", el("code", { class: "mono", id: "new-client-id" }, credentials.client_id)),
+    el("p", {}, "Client secret: ", el("code", { class: "mono", id: "new-client-secret" }, credentials.client_secret)));
+  form.before(card);
+  form.elements.org.value = credentials.org;
+  form.elements.app.value = credentials.app;
+  form.elements.client_id.value = credentials.client_id;
+  form.elements.client_secret.focus();
 }
 
 // MARK: Push certificates

@@ -1,0 +1,24 @@
+import BeaconCore
+import BeaconStorage
+import Hummingbird
+
+/// The app's own credentials: `POST /{org}/{app}/credentials/rotate`, the console's "Rotate client secret" (Beacon's
+/// own, not an Easemob endpoint; `beacon app rotate-secret` does the same from the command line).
+struct CredentialRoutes {
+    let api: API
+
+    /// Gives the app a new client secret (its client id stays) and answers it once: the store keeps only its hash. What
+    /// the old secret opened ends: app tokens issued until now are refused, every console session of the app ends (the
+    /// caller's too: its cookie is cleared), and the old secret obtains nothing more. Needs an app caller.
+    @Sendable func rotate(_ request: Request, _ context: some RequestContext) async throws -> Response {
+        let app = try await api.app(context)
+        try await api.caller(request, app: app).requireApp()
+        let signedIn = try Console.sessionID(in: request) != nil
+        let credentials = try await api.rotateClientSecret(of: app)
+        api.logger.notice("client secret rotated", metadata: ["app": "\(app.key)"])
+        var response = api.respond(request, app: app, action: "post", data: credentials)
+        response.headers[.cacheControl] = "no-store"
+        if signedIn { response.setCookie(Console.cookie("", secure: api.origin(of: request, context: context).isHTTPS, maxAge: 0)) }
+        return response
+    }
+}

@@ -1,0 +1,106 @@
+import BeaconCore
+import Synchronization
+
+/// A rate with a burst: a token bucket of `burst` tokens refilled at `perSecond` tokens a second.
+public struct SendRate: Sendable, Equatable {
+    public var perSecond: Int
+    public var burst: Int
+
+    public init(perSecond: Int, burst: Int) {
+        self.perSecond = perSecond
+        self.burst = burst
+    }
+}
+
+/// How fast messages may be sent: per sending user (user tokens and devices) and per app (every send, app tokens too),
+/// counted in messages stored (one per target). Past either, a send is refused with `too_many_requests` before anything
+/// is stored. Nil: unlimited.
+public struct SendLimits: Sendable, Equatable {
+    public var perUser: SendRate?
+    public var perApp: SendRate?
+
+    public init(
+        perUser: SendRate? = SendRate(perSecond: 200, burst: 1000), perApp: SendRate? = SendRate(perSecond: 20_000, burst: 100_000)
+    ) {
+        self.perUser = perUser
+        self.perApp = perApp
+    }
+
+    /// No limit at all.
+    public static let unlimited = SendLimits(perUser: nil, perApp: nil)
+}
+
+/// Token buckets by key, in memory (each node counts its own sends). A bucket that has refilled completely is the same
+/// as none, so full buckets are dropped once the table grows: it holds about one entry per recently active sender.
+final class TokenBuckets: Sendable {
+    private struct Bucket {
+        /// Tokens, in thousandths (integer arithmetic: no rounding drift).
+        var milliTokens: Int64
+        var updatedAt: Int64
+    }
+
+    private let rate: SendRate
+    private let buckets = Mutex<[String: Bucket]>([:])
+    /// Past this many entries, full buckets are dropped before a new one is added.
+    private static let pruneAbove = 10_000
+    /// Rates, bursts and costs beyond this count as this.
+    private static let maxRate = 1_000_000_000
+
+    init(rate: SendRate) {
+        self.rate = rate
+    }
+
+    /// Milliseconds from `start` to `end`: 0 when the clock went back, `Int64.max` when the difference does not fit.
+    private static func elapsed(from start: Int64, to end: Int64) -> Int64 {
+        let (difference, overflow) = end.subtractingReportingOverflow(start)
+        return overflow ? (end > start ? .max : 0) : max(difference, 0)
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket at `now` (ms); false, taking nothing, when it holds fewer.
+    func take(_ cost: Int, key: String, now: Int64) -> Bool {
+        // Clamped so that no configured rate can overflow the arithmetic below.
+        let capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
+        let refillPerMillisecond = Int64(min(max(rate.perSecond, 0), Self.maxRate))  // thousandths of a token per ms = tokens per second
+        let wanted = Int64(min(max(cost, 0), Self.maxRate)) * 1000
+        return buckets.withLock { table in
+            var bucket = table[key] ?? Bucket(milliTokens: capacity, updatedAt: now)
+            let (refill, overflow) = Self.elapsed(from: bucket.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
+            bucket.milliTokens = overflow ? capacity : min(capacity, bucket.milliTokens + min(refill, capacity))
+            bucket.updatedAt = max(now, bucket.updatedAt)
+            guard bucket.milliTokens >= wanted else {
+                table[key] = bucket
+                return false
+            }
+            bucket.milliTokens -= wanted
+            if table[key] == nil, table.count >= Self.pruneAbove {
+                table = table.filter { _, other in
+                    let (refill, overflow) = Self.elapsed(from: other.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
+                    return !overflow && other.milliTokens + refill < capacity
+                }
+            }
+            table[key] = bucket
+            return true
+        }
+    }
+}
+
+/// `SendLimits` applied: the user's bucket and the app's.
+final class SendLimiter: Sendable {
+    private let perUser: TokenBuckets?
+    private let perApp: TokenBuckets?
+
+    init(_ limits: SendLimits) {
+        perUser = limits.perUser.map(TokenBuckets.init)
+        perApp = limits.perApp.map(TokenBuckets.init)
+    }
+
+    /// Admits a send of `messages` messages by `user` (nil: the app itself) or throws `too_many_requests`.
+    func admit(app: Int64, user: String?, messages: Int, now: Int64) throws(BeaconError) {
+        if let user, let perUser, !perUser.take(messages, key: "\(app)/\(user)", now: now) {
+            throw BeaconError(.tooManyRequests, "\(user) is sending too fast; slow down")
+        }
+        if let perApp, !perApp.take(messages, key: String(app), now: now) {
+            throw BeaconError(.tooManyRequests, "this app is sending too fast; slow down")
+        }
+    }
+}

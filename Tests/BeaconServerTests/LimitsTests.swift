@@ -1,0 +1,80 @@
+import BeaconCore
+import Foundation
+import Testing
+
+@testable import BeaconServer
+
+/// Abuse has limits: sends are rate-limited per user and per app, and users cannot put others in groups (issue 22, item 7).
+@Suite struct LimitsTests {
+    @Test func aTokenBucketAdmitsItsBurstThenItsRate() {
+        let buckets = TokenBuckets(rate: SendRate(perSecond: 10, burst: 20))
+        #expect(buckets.take(20, key: "a", now: 0))
+        #expect(!buckets.take(1, key: "a", now: 0))
+        #expect(buckets.take(1, key: "b", now: 0))  // keys are apart
+        #expect(!buckets.take(1, key: "a", now: 99))  // 0.99 tokens refilled
+        #expect(buckets.take(1, key: "a", now: 100))
+        #expect(!buckets.take(10, key: "a", now: 1000))  // 9 tokens
+        #expect(buckets.take(20, key: "a", now: 1_000_000))  // refilled to the burst, not beyond
+        #expect(!buckets.take(1, key: "a", now: 1_000_000))
+        // A refused take takes nothing; a clock going back refills nothing.
+        #expect(!buckets.take(5, key: "a", now: 500))
+        #expect(buckets.take(5, key: "a", now: 1_000_500))
+    }
+
+    @Test func extremeRatesAndTimesCannotOverflow() {
+        let buckets = TokenBuckets(rate: SendRate(perSecond: .max, burst: .max))
+        #expect(buckets.take(.max, key: "a", now: .min))
+        #expect(buckets.take(1, key: "a", now: .max))
+        let none = TokenBuckets(rate: SendRate(perSecond: 0, burst: 0))
+        #expect(none.take(1, key: "a", now: 0))  // a burst of at least one
+        #expect(!none.take(1, key: "a", now: .max))
+    }
+
+    @Test func fullBucketsAreForgottenButBusyOnesAreKept() {
+        let buckets = TokenBuckets(rate: SendRate(perSecond: 1, burst: 2))
+        #expect(buckets.take(2, key: "busy", now: 0))
+        for index in 0..<20_000 { _ = buckets.take(0, key: "idle-\(index)", now: 0) }
+        // The busy sender's empty bucket survived every pruning.
+        #expect(!buckets.take(1, key: "busy", now: 10))
+    }
+
+    @Test func theLimiterCountsTheUserAndTheApp() throws {
+        let limiter = SendLimiter(SendLimits(perUser: SendRate(perSecond: 1, burst: 2), perApp: SendRate(perSecond: 1, burst: 3)))
+        try limiter.admit(app: 1, user: "alice", messages: 2, now: 0)
+        #expect(throws: BeaconError(.tooManyRequests, "alice is sending too fast; slow down")) {
+            try limiter.admit(app: 1, user: "alice", messages: 1, now: 0)
+        }
+        try limiter.admit(app: 1, user: nil, messages: 1, now: 0)  // the app itself: the app's bucket only
+        #expect(throws: BeaconError(.tooManyRequests, "this app is sending too fast; slow down")) {
+            try limiter.admit(app: 1, user: "bob", messages: 1, now: 0)
+        }
+        try limiter.admit(app: 2, user: "bob", messages: 2, now: 0)  // another app
+    }
+
+    /// A user token cannot create a group with others in it, nor add anyone; its groups stay within the cap; the app can.
+    @Test func usersCreateGroupsOfOneWithinTheCapAndOnlyTheAppAddsMembers() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice", "bob", "carol")
+            let alice = try await beacon.userToken("alice")
+            let withOthers = try await beacon.rest(
+                "POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["bob"]], token: alice)
+            #expect(withOthers.status == 403)
+            // Not an oracle: a name that does not exist is refused the same way.
+            let withGhost = try await beacon.rest(
+                "POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["ghost"]], token: alice)
+            #expect(withGhost.status == 403 && withGhost.json["error"] == withOthers.json["error"])
+            #expect(try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "maxusers": 201], token: alice).status == 400)
+            let created = try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "maxusers": 200], token: alice)
+            let group = try #require(created.json["data"]?["groupid"]?.stringValue, "\(created.json)")
+            #expect(try await beacon.rest("POST", "/chatgroups/\(group)/users/bob", token: alice).status == 403)
+            let bob = try await beacon.userToken("bob")
+            #expect(try await beacon.rest("POST", "/chatgroups/\(group)/users/bob", token: bob).status == 403)
+            #expect(try await beacon.rest("POST", "/chatgroups/\(group)/users/bob").status == 200)  // the app
+            #expect(try await beacon.rest("POST", "/chatgroups/\(group)/users/carol").status == 200)
+            #expect(try await beacon.rest("DELETE", "/chatgroups/\(group)/users/carol", token: alice).status == 200)  // the owner removes
+            #expect(try await beacon.rest("DELETE", "/chatgroups/\(group)/users/bob", token: bob).status == 200)  // bob leaves
+            // The app's groups keep their larger bound.
+            #expect(try await beacon.rest("POST", "/chatgroups", ["groupname": "big", "owner": "alice", "maxusers": 100_000]).status == 200)
+        }
+    }
+}
