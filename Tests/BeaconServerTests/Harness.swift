@@ -58,6 +58,8 @@ struct TestBeacon: Sendable {
     /// `BeaconConfiguration.webhookPrivateTargets` of the servers started in this task: off as in production; tests whose
     /// webhook receiver listens on 127.0.0.1 run under `TestBeacon.$webhookPrivateTargets.withValue(true)`.
     @TaskLocal static var webhookPrivateTargets = false
+    /// `BeaconConfiguration.sendLimits` of the servers started in this task: the production defaults unless a test sets them.
+    @TaskLocal static var sendLimits = SendLimits()
 
     /// Runs `body` against a fresh server; shuts the server down afterwards. With `push`, the server pushes
     /// to that simulator (trusting what is uploaded) using `secretKey`; `directory` reuses a data directory.
@@ -129,6 +131,7 @@ struct TestBeacon: Sendable {
         if let clock { configuration.clock = { clock.now } }
         configuration.hooks = hooks
         configuration.webhookPrivateTargets = webhookPrivateTargets
+        configuration.sendLimits = sendLimits
         configuration.trustedProxies = trustedProxies
         configuration.secretBox = SecretBox(key: testSecretKey)
         let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)

@@ -51,6 +51,33 @@ import Testing
         try limiter.admit(app: 2, user: "bob", messages: 2, now: 0)  // another app
     }
 
+    /// Past the user's rate, a send by that user — REST with a user token, or a device — gets `429 too_many_requests` and
+    /// stores nothing; the app's own sends count against the app's rate alone.
+    @Test func sendsPastTheUsersRateAreRefusedWithTooManyRequests() async throws {
+        let limits = SendLimits(perUser: SendRate(perSecond: 0, burst: 2), perApp: SendRate(perSecond: 0, burst: 5))
+        try await TestBeacon.$sendLimits.withValue(limits) {
+            try await TestBeacon.run { beacon in
+                try await beacon.createUsers("alice", "bob")
+                let alice = try await beacon.userToken("alice")
+                let message: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]]
+                #expect(try await beacon.rest("POST", "/messages/users", message, token: alice).status == 200)
+                let device = try await RawDevice.connect(beacon, "alice", device: "phone")
+                device.send(#"{"op":"send","id":"s1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"y"}}"#)
+                device.send(#"{"op":"send","id":"s2","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"z"}}"#)
+                let frames = try await device.frames.wait { frames in frames.contains { if case .error("s2", _, _) = $0 { true } else { false } } }
+                #expect(frames.contains { if case .sent("s1", _, _) = $0 { true } else { false } })
+                #expect(frames.contains { if case .error("s2", "too_many_requests", _) = $0 { true } else { false } })
+                await device.close()
+                let refused = try await beacon.rest("POST", "/messages/users", message, token: alice)
+                #expect(refused.status == 429 && refused.json["error"] == "too_many_requests", "\(refused.json)")
+                // The app's sends for alice count against the app: 2 of its 5 are used.
+                for _ in 0..<3 { #expect(try await beacon.rest("POST", "/messages/users", message).status == 200) }
+                #expect(try await beacon.rest("POST", "/messages/users", message).status == 429)
+                #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "5")
+            }
+        }
+    }
+
     /// A user token cannot create a group with others in it, nor add anyone; its groups stay within the cap; the app can.
     @Test func usersCreateGroupsOfOneWithinTheCapAndOnlyTheAppAddsMembers() async throws {
         try await TestBeacon.run { beacon in
