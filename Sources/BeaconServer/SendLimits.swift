@@ -73,10 +73,11 @@ final class TokenBuckets: Sendable {
             }
             bucket.milliTokens -= wanted
             if table[key] == nil, table.count >= Self.pruneAbove {
-                table = table.filter { _, other in
+                let full = table.compactMap { key, other in
                     let (refill, overflow) = Self.elapsed(from: other.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
-                    return !overflow && other.milliTokens + refill < capacity
+                    return overflow || refill >= capacity - other.milliTokens ? key : nil
                 }
+                for key in full { table[key] = nil }
             }
             table[key] = bucket
             return true
