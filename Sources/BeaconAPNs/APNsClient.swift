@@ -269,7 +269,7 @@ public final class APNsClient: Sendable {
 /// (other callers may be waiting for it). Without a deadline, simply the task's value.
 func waitForValue<T: Sendable>(of task: Task<T, any Error>, by deadline: ContinuousClock.Instant?) async throws -> T {
     guard let deadline else { return try await task.value }
-    let outcome = FirstResult<T>()
+    let outcome = FirstOutcome<T>()
     Task {
         do {
             outcome.resolve(.success(try await task.value))
@@ -284,50 +284,4 @@ func waitForValue<T: Sendable>(of task: Task<T, any Error>, by deadline: Continu
     }
     defer { timer.cancel() }
     return try await outcome.value()
-}
-
-/// The first of several results offered (later ones are dropped), handed to one waiter.
-private final class FirstResult<T: Sendable>: Sendable {
-    private enum State {
-        case empty
-        case waiting(CheckedContinuation<T, any Error>)
-        case resolved(Result<T, any Error>)
-        case handedOver
-    }
-
-    private let state = Mutex<State>(.empty)
-
-    func resolve(_ result: Result<T, any Error>) {
-        let waiter: CheckedContinuation<T, any Error>? = state.withLock { state in
-            switch state {
-            case .empty:
-                state = .resolved(result)
-                return nil
-            case .waiting(let continuation):
-                state = .handedOver
-                return continuation
-            case .resolved, .handedOver:
-                return nil
-            }
-        }
-        waiter?.resume(with: result)
-    }
-
-    func value() async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let ready: Result<T, any Error>? = state.withLock { state in
-                switch state {
-                case .resolved(let result):
-                    state = .handedOver
-                    return result
-                case .empty:
-                    state = .waiting(continuation)
-                    return nil
-                case .waiting, .handedOver:
-                    return .failure(CancellationError())  // one waiter only
-                }
-            }
-            if let ready { continuation.resume(with: ready) }
-        }
-    }
 }

@@ -5,13 +5,30 @@ import PostgresNIO
 /// Console sessions (`v6-console-sessions`).
 extension PostgresStore {
     public func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws {
+        _ = try await createConsoleSession(session, now: now, secretHash: nil)
+    }
+
+    public func createConsoleSession(_ session: ConsoleSession, now: Int64, secretHash: String) async throws -> Bool {
+        try await createConsoleSession(session, now: now, secretHash: Optional(secretHash))
+    }
+
+    private func createConsoleSession(_ session: ConsoleSession, now: Int64, secretHash: String?) async throws -> Bool {
         try await transaction { connection in
+            if let secretHash {
+                // Share-locked: a rotation (which updates the row) waits for this session, then deletes it; or it went
+                // first, and the hash no longer matches.
+                let current = try await connection.query(
+                    "SELECT 1 FROM apps WHERE id = \(session.app) AND client_secret_hash = \(secretHash) FOR SHARE", logger: logger
+                ).collect().count
+                guard current > 0 else { return false }
+            }
             try await connection.query("DELETE FROM console_sessions WHERE expires_at < \(now)", logger: logger)
             try await connection.query(
                 """
                 INSERT INTO console_sessions (digest, app_id, created_at, expires_at)
                 VALUES (\(session.digest), \(session.app), \(session.createdAt), \(session.expiresAt))
                 """, logger: logger)
+            return true
         }
     }
 

@@ -65,7 +65,9 @@ extension PostgresStore {
         }
     }
 
-    /// Splices the receivers' badges into payloads and inserts the jobs of `route`.
+    /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
+    /// route was decided (their records went with them; a user created again under the name is another user). Each
+    /// receiver's row is key-share locked: a deletion either finishes first (no job) or waits and deletes the jobs too.
     private func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
         let badged = Set(route.jobs.filter { $0.badgeOffset != nil && $0.skipReason == nil }.map(\.username))
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
@@ -102,7 +104,10 @@ extension PostgresStore {
             FROM unnest(\(columns.usernames)::text[], \(columns.devices)::text[], \(columns.notifiers)::text[], \(columns.tokens)::text[],
                 \(columns.topics)::text[], \(columns.types)::text[], \(columns.priorities)::bigint[], \(columns.expirations)::bigint[],
                 \(columns.collapseIDs)::text[], \(columns.apnsIDs)::text[], \(columns.payloads)::text[], \(columns.statuses)::text[],
-                \(columns.reasons)::text[]) AS j(u, d, n, t, topic, type, p, e, c, a, payload, s, r)
+                \(columns.reasons)::text[]) WITH ORDINALITY AS j(u, d, n, t, topic, type, p, e, c, a, payload, s, r, o)
+            JOIN users ON users.app_id = \(app) AND users.username = j.u
+            ORDER BY j.o  -- ids in the route's order: a device's pushes are sent in id order
+            FOR KEY SHARE OF users
             """, logger: logger)
     }
 

@@ -43,10 +43,18 @@ extension PostgresStore {
             createdAt: try row["created_at"].decode(Int64.self))
     }
 
-    public func bind(_ binding: PushBinding, app: Int64) async throws {
+    public func bind(_ binding: PushBinding, app: Int64, holder: String?) async throws -> Bool {
         let tokens = [binding.deviceToken] + (binding.voipToken.map { [$0] } ?? [])
         let lockKeys = tokens.sorted().map { "\(app)/\($0)" }
-        try await transaction { connection in
+        return try await transaction { connection in
+            if let holder {
+                // Key-share locked: a deletion of the user waits for this bind, or went first and there is no row.
+                let holds = try await connection.query(
+                    "SELECT 1 FROM users WHERE app_id = \(app) AND username = \(binding.username) AND uuid = \(holder) FOR KEY SHARE",
+                    logger: logger
+                ).collect().count
+                guard holds > 0 else { return false }
+            }
             // A token belongs to one user's device at a time: whoever held it (as an alert or a VoIP token) loses it.
             // Binds of the same token take turns (a lock per token, in a fixed order): under READ COMMITTED two binds
             // would not see each other's new row, and both users would keep the token.
@@ -70,6 +78,7 @@ extension PostgresStore {
                 ON CONFLICT (app_id, username, device_id, notifier)
                 DO UPDATE SET device_token = excluded.device_token, voip_token = excluded.voip_token, bound_at = excluded.bound_at
                 """, logger: logger)
+            return true
         }
     }
 

@@ -5,11 +5,25 @@ import GRDB
 /// Console sessions (`v10-console-sessions`).
 extension SQLiteStore {
     public func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws {
+        _ = try await createConsoleSession(session, now: now, secretHash: nil)
+    }
+
+    public func createConsoleSession(_ session: ConsoleSession, now: Int64, secretHash: String) async throws -> Bool {
+        try await createConsoleSession(session, now: now, secretHash: Optional(secretHash))
+    }
+
+    private func createConsoleSession(_ session: ConsoleSession, now: Int64, secretHash: String?) async throws -> Bool {
         try await write { db in
+            if let secretHash {
+                let current = try Bool.fetchOne(
+                    db, sql: "SELECT EXISTS (SELECT 1 FROM apps WHERE id = ? AND client_secret_hash = ?)", arguments: [session.app, secretHash])
+                guard current == true else { return false }
+            }
             try db.execute(sql: "DELETE FROM console_sessions WHERE expires_at < ?", arguments: [now])
             try db.execute(
                 sql: "INSERT INTO console_sessions (digest, app_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
                 arguments: [session.digest, session.app, session.createdAt, session.expiresAt])
+            return true
         }
     }
 

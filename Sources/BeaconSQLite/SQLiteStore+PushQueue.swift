@@ -76,9 +76,12 @@ extension SQLiteStore {
         }
     }
 
-    /// Splices the receivers' badges into payloads and inserts the jobs of `route`.
+    /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
+    /// route was decided (their records went with them; a user created again under the name is another user).
     private static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
         var badges: [String: Int] = [:]
+        var exists: [String: Bool] = [:]
+        let userExists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM users WHERE app_id = ? AND username = ?)")
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
@@ -86,6 +89,10 @@ extension SQLiteStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for job in route.jobs {
+            if exists[job.username] == nil {
+                exists[job.username] = try Bool.fetchOne(userExists, arguments: [app, job.username]) ?? false
+            }
+            guard exists[job.username] == true else { continue }
             var payload = job.payload
             if let offset = job.badgeOffset, job.skipReason == nil {
                 if badges[job.username] == nil {

@@ -50,8 +50,14 @@ extension SQLiteStore {
             expiresAt: try row.decode(forColumn: "expires_at"), createdAt: try row.decode(forColumn: "created_at"))
     }
 
-    public func bind(_ binding: PushBinding, app: Int64) async throws {
+    public func bind(_ binding: PushBinding, app: Int64, holder: String?) async throws -> Bool {
         try await write { db in
+            if let holder {
+                let holds = try Bool.fetchOne(
+                    db, sql: "SELECT EXISTS (SELECT 1 FROM users WHERE app_id = ? AND username = ? AND uuid = ?)",
+                    arguments: [app, binding.username, holder])
+                guard holds == true else { return false }
+            }
             // A token belongs to one user's device at a time: whoever held it (as an alert or a VoIP token) loses it.
             for token in [binding.deviceToken] + (binding.voipToken.map { [$0] } ?? []) {
                 try db.execute(
@@ -69,6 +75,7 @@ extension SQLiteStore {
                     DO UPDATE SET device_token = excluded.device_token, voip_token = excluded.voip_token, bound_at = excluded.bound_at
                     """,
                 arguments: [app, binding.username, binding.deviceID, binding.notifier, binding.deviceToken, binding.voipToken, binding.boundAt])
+            return true
         }
     }
 

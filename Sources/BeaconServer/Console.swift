@@ -94,7 +94,10 @@ struct Console {
         let id = Credentials.randomToken(bytes: 32)  // unguessable, and valid in a cookie
         let now = api.clock()
         let session = ConsoleSession(digest: Self.digest(of: id), app: app.id, createdAt: now, expiresAt: now + Self.lifetime)
-        try await api.store.createConsoleSession(session, now: now)
+        // Only while the secret checked above is still the app's: a rotation in between ends this sign-in too.
+        guard try await api.store.createConsoleSession(session, now: now, secretHash: app.clientSecretHash) else {
+            throw BeaconError(.invalidGrant, "org, app, client_id or client_secret is wrong")
+        }
         // The session this browser had before ends: one browser, one session.
         if let previous { _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: previous)) }
         var response = Self.private(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))

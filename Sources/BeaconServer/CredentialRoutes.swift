@@ -7,12 +7,27 @@ import Hummingbird
 struct CredentialRoutes {
     let api: API
 
+    /// The body: the secret being replaced, which the caller must know — an app token or a console session alone (either
+    /// may have leaked, and both end) cannot turn itself into a secret that never expires.
+    struct Body: Decodable {
+        var clientSecret: String?
+
+        enum CodingKeys: String, CodingKey {
+            case clientSecret = "client_secret"
+        }
+    }
+
     /// Gives the app a new client secret (its client id stays) and answers it once: the store keeps only its hash. What
     /// the old secret opened ends: app tokens issued until now are refused, every console session of the app ends (the
-    /// caller's too: its cookie is cleared), and the old secret obtains nothing more. Needs an app caller.
+    /// caller's too: its cookie is cleared), and the old secret obtains nothing more. Needs an app caller that also gives
+    /// the current secret (`invalid_grant` otherwise).
     @Sendable func rotate(_ request: Request, _ context: some RequestContext) async throws -> Response {
         let app = try await api.app(context)
         try await api.caller(request, app: app).requireApp()
+        let body = try await api.bodyIfPresent(Body.self, from: request)
+        guard let secret = body?.clientSecret, secret.utf8.count <= 1024, let current = try await api.currentApp(app),
+            Credentials.hashSecret(secret) == current.clientSecretHash
+        else { throw BeaconError(.invalidGrant, "client_secret is wrong: give the current client secret to rotate it") }
         let signedIn = try Console.sessionID(in: request) != nil
         let credentials = try await api.rotateClientSecret(of: app)
         api.logger.notice("client secret rotated", metadata: ["app": "\(app.key)"])

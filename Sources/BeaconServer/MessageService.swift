@@ -108,8 +108,10 @@ final class MessageService: Sendable {
     func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool, receipt: SendReceipt? = nil)
         async throws -> [SentMessage]
     {
-        try limiter.admit(app: app.id, user: enforceMembership ? outgoing.from : nil, messages: Set(targets).count, now: clock())
         let recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
+        try limiter.admit(
+            app: app.id, user: enforceMembership ? outgoing.from : nil, messages: recipients.count,
+            deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) }, now: clock())
         var seen: Set<String> = []
         let messages = targets.filter { seen.insert($0).inserted }.map { target in
             let (id, timestamp) = nextID()

@@ -484,11 +484,12 @@ struct Routes {
                 guard voipToken != body.deviceToken.lowercased() else {
                     throw BeaconError.illegal("voip_token is PushKit's token, which differs from the alert device_token")
                 }
-                try await store.bind(
+                let bound = try await store.bind(
                     PushBinding(
                         username: user.username, deviceID: body.deviceID, notifier: body.notifierName,
                         deviceToken: body.deviceToken.lowercased(), voipToken: voipToken, boundAt: api.clock()),
-                    app: app.id)
+                    app: app.id, holder: user.uuid)
+                guard bound else { throw BeaconError(.userNotFound, "user \(user.username) does not exist") }
             }
         }
         let remaining = try await store.bindings(of: user.username, app: app.id).filter { $0.deviceID == body.deviceID }

@@ -12,9 +12,10 @@ public struct SendRate: Sendable, Equatable {
     }
 }
 
-/// How fast messages may be sent: per sending user (user tokens and devices) and per app (every send, app tokens too),
-/// counted in messages stored (one per target). Past either, a send is refused with `too_many_requests` before anything
-/// is stored. Nil: unlimited.
+/// How fast messages may be sent: per sending user (user tokens and devices), counted in messages (one per target), and
+/// per app (every send, app tokens too), counted in deliveries (one per recipient's inbox: a group message to 10,000
+/// members counts 10,000), so that neither many small sends nor a few to huge groups let one tenant hold the writer.
+/// Past either, a send is refused with `too_many_requests` before anything is stored. Nil: unlimited.
 public struct SendLimits: Sendable, Equatable {
     public var perUser: SendRate?
     public var perApp: SendRate?
@@ -48,6 +49,17 @@ final class TokenBuckets: Sendable {
 
     init(rate: SendRate) {
         self.rate = rate
+    }
+
+    /// Gives back `cost` tokens `take` took (a send refused further on), up to the burst.
+    func give(_ cost: Int, key: String) {
+        let capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
+        let returned = Int64(min(max(cost, 0), Self.maxRate)) * 1000
+        buckets.withLock { table in
+            guard var bucket = table[key] else { return }
+            bucket.milliTokens = min(capacity, bucket.milliTokens + returned)
+            table[key] = bucket
+        }
     }
 
     /// Milliseconds from `start` to `end`: 0 when the clock went back, `Int64.max` when the difference does not fit.
@@ -95,12 +107,15 @@ final class SendLimiter: Sendable {
         perApp = limits.perApp.map(TokenBuckets.init)
     }
 
-    /// Admits a send of `messages` messages by `user` (nil: the app itself) or throws `too_many_requests`.
-    func admit(app: Int64, user: String?, messages: Int, now: Int64) throws(BeaconError) {
-        if let user, let perUser, !perUser.take(messages, key: "\(app)/\(user)", now: now) {
+    /// Admits a send of `messages` messages, to `deliveries` inboxes in all, by `user` (nil: the app itself), or throws
+    /// `too_many_requests` having taken nothing.
+    func admit(app: Int64, user: String?, messages: Int, deliveries: Int, now: Int64) throws(BeaconError) {
+        let userKey = user.map { "\(app)/\($0)" }
+        if let user, let userKey, let perUser, !perUser.take(messages, key: userKey, now: now) {
             throw BeaconError(.tooManyRequests, "\(user) is sending too fast; slow down")
         }
-        if let perApp, !perApp.take(messages, key: String(app), now: now) {
+        if let perApp, !perApp.take(deliveries, key: String(app), now: now) {
+            if let userKey { perUser?.give(messages, key: userKey) }
             throw BeaconError(.tooManyRequests, "this app is sending too fast; slow down")
         }
     }

@@ -1,4 +1,4 @@
-import Synchronization
+import BeaconAPNs
 
 /// The body did not finish in time.
 struct TimedOut: Error {}
@@ -29,48 +29,5 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () 
         try await outcome.value()
     } onCancel: {
         work.cancel()
-    }
-}
-
-/// The first of several results offered (later ones are dropped), handed to one waiter.
-private final class FirstOutcome<T: Sendable>: Sendable {
-    private enum State {
-        case empty
-        case waiting(CheckedContinuation<T, any Error>)
-        case resolved(Result<T, any Error>)
-        case handedOver
-    }
-
-    private let state = Mutex<State>(.empty)
-
-    func resolve(_ result: Result<T, any Error>) {
-        let waiter: CheckedContinuation<T, any Error>? = state.withLock { state in
-            switch state {
-            case .empty:
-                state = .resolved(result)
-                return nil
-            case .waiting(let continuation):
-                state = .handedOver
-                return continuation
-            case .resolved, .handedOver:
-                return nil
-            }
-        }
-        waiter?.resume(with: result)
-    }
-
-    /// Waits for the first result (call once).
-    func value() async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let ready: Result<T, any Error>? = state.withLock { state in
-                guard case .resolved(let result) = state else {
-                    state = .waiting(continuation)
-                    return nil
-                }
-                state = .handedOver
-                return result
-            }
-            if let ready { continuation.resume(with: ready) }
-        }
     }
 }

@@ -108,8 +108,10 @@ public protocol BeaconStore: Sendable {
     func deletePushConfig(_ name: String, app: Int64) async throws -> Bool
 
     /// Binds `binding.deviceToken` to the device and notifier, removing the token from anyone else in the app
-    /// (one device token belongs to one user at a time).
-    func bind(_ binding: PushBinding, app: Int64) async throws
+    /// (one device token belongs to one user at a time). With `holder` (a user's uuid), only while the name still belongs
+    /// to that user: false, binding nothing, once they were deleted (a bind that raced the deletion must not bind the
+    /// old phone to a new user of the name).
+    func bind(_ binding: PushBinding, app: Int64, holder: String?) async throws -> Bool
     /// Removes bindings of the user's device: one notifier's, or all of them when `notifier` is nil.
     func unbind(username: String, deviceID: String, notifier: String?, app: Int64) async throws
     /// Removes every binding of the user (kick, logout everywhere).
@@ -209,6 +211,9 @@ public protocol BeaconStore: Sendable {
 
     /// Stores a new session, and forgets sessions that expired before `now`.
     func createConsoleSession(_ session: ConsoleSession, now: Int64) async throws
+    /// Creates the session only while the app's client secret is still the one whose hash is `secretHash` (the one the
+    /// sign-in checked): false, creating nothing, when a rotation came in between.
+    func createConsoleSession(_ session: ConsoleSession, now: Int64, secretHash: String) async throws -> Bool
     /// The session with this digest, unless it expired before `now`.
     func consoleSession(digest: String, now: Int64) async throws -> ConsoleSession?
     /// Ends the session (signing out); false when there was none.
@@ -233,6 +238,11 @@ extension BeaconStore {
     /// Delivery records, newest first, filtered by user and/or message.
     public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
         try await pushJobs(app: app, matching: PushJobFilter(username: username, messageID: messageID), limit: limit)
+    }
+
+    /// Binds whoever holds the name now.
+    public func bind(_ binding: PushBinding, app: Int64) async throws {
+        _ = try await bind(binding, app: app, holder: nil)
     }
 
     public func bindings(of username: String, app: Int64) async throws -> [PushBinding] {

@@ -240,6 +240,31 @@ struct AppCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "app", abstract: "Manage apps (tenants).", subcommands: [Create.self, RotateSecret.self])
 
+    /// Runs `change` on the app named `app` (ORG/APP) in the configured store and prints the credentials it returns, as
+    /// JSON or as text under `headline` (the secret is shown this once).
+    static func provision(
+        _ app: String, data: DataOptions, json: Bool, headline: (AppKey) -> String,
+        _ change: @escaping @Sendable (AppKey, any BeaconStore) async throws -> AppCredentials
+    ) async throws {
+        let config = try await data.reader(flags: [:])
+        let key: AppKey
+        do {
+            key = try AppKey(parsing: app)
+        } catch {
+            throw ValidationError(error.message)
+        }
+        let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
+            store, _ in try await change(key, store)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
+        } else {
+            print("\(headline(key))\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
+        }
+    }
+
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create an app and print its client credentials (the secret is shown only once).")
@@ -253,22 +278,8 @@ struct AppCommand: AsyncParsableCommand {
         @OptionGroup var data: DataOptions
 
         func run() async throws {
-            let config = try await data.reader(flags: [:])
-            let key: AppKey
-            do {
-                key = try AppKey(parsing: app)
-            } catch {
-                throw ValidationError(error.message)
-            }
-            let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
-                store, _ in try await AppProvisioning.create(key, in: store)
-            }
-            if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys]
-                print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
-            } else {
-                print("Created app \(key)\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
+            try await AppCommand.provision(app, data: data, json: json, headline: { "Created app \($0)" }) { key, store in
+                try await AppProvisioning.create(key, in: store)
             }
         }
     }
@@ -292,24 +303,11 @@ struct AppCommand: AsyncParsableCommand {
         @OptionGroup var data: DataOptions
 
         func run() async throws {
-            let config = try await data.reader(flags: [:])
-            let key: AppKey
-            do {
-                key = try AppKey(parsing: app)
-            } catch {
-                throw ValidationError(error.message)
-            }
-            let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
-                store, _ in try await AppProvisioning.rotateSecret(key, in: store)
-            }
-            if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys]
-                print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
-            } else {
-                print(
-                    "Rotated the client secret of \(key); its app tokens and console sessions have ended\n"
-                        + "client_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
+            try await AppCommand.provision(
+                app, data: data, json: json,
+                headline: { "Rotated the client secret of \($0); its app tokens and console sessions have ended" }
+            ) { key, store in
+                try await AppProvisioning.rotateSecret(key, in: store)
             }
         }
     }

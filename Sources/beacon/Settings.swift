@@ -126,8 +126,9 @@ enum Settings {
     static let sendRatePerApp = Setting<Int>(
         key: "sendRatePerApp", flag: nil, environment: "BEACON_SEND_RATE_PER_APP", defaultValue: 20_000, defaultText: "`20000`",
         meaning: """
-            Messages a second one app may send in all (app tokens too), with bursts of five times as many, so that one \
-            tenant cannot hold the server's writer for the others. Counted per node. `0`: no limit.
+            Deliveries a second one app may make in all (every send, app tokens too; one per recipient's inbox, so a group \
+            message counts its members), with bursts of five times as many, so that one tenant cannot hold the server's \
+            writer for the others. Counted per node. `0`: no limit.
             """)
     static let userGroupMaxUsers = Setting<Int>(
         key: "userGroupMaxUsers", flag: nil, environment: "BEACON_USER_GROUP_MAX_USERS", defaultValue: 200, defaultText: "`200`",

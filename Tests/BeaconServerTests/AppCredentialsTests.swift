@@ -13,35 +13,12 @@ import FoundationNetworking
 /// Revoking one app's credentials: `POST /{org}/{app}/credentials/rotate` (the console's button), `beacon app
 /// rotate-secret` beside a running server, and the lifetime of app tokens.
 @Suite struct AppCredentialsTests {
-    /// A session that neither keeps nor sends cookies by itself: every request says which cookie it sends.
-    private static let http: URLSession = {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        return URLSession(configuration: configuration)
-    }()
-
-    private struct Answer {
-        var status: Int
-        var headers: [String: String]
-        var json: JSONValue
-    }
+    private typealias Answer = CookielessHTTP.Answer
 
     private static func send(
         _ baseURL: URL, _ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]
     ) async throws -> Answer {
-        var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
-        request.httpMethod = method
-        request.httpShouldHandleCookies = false
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        request.httpBody = body.map { Data($0.utf8) }
-        let (data, response) = try await http.data(for: request)
-        let http = response as? HTTPURLResponse
-        let headers = Dictionary(
-            (http?.allHeaderFields ?? [:]).map { (String(describing: $0.key).lowercased(), String(describing: $0.value)) }, uniquingKeysWith: { $1 })
-        return Answer(
-            status: http?.statusCode ?? 0, headers: headers,
-            json: (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self)))
+        try await CookielessHTTP.send(baseURL, method, path, body: body, headers: headers)
     }
 
     /// Signs in to the console of acme/chat; the cookie pair (`beacon_console=…`) and the CSRF token.
@@ -79,7 +56,18 @@ import FoundationNetworking
             #expect(asUser.status == 403 && asUser.json["error"] == "forbidden_op")
             #expect(try await Self.send(beacon.baseURL, "POST", "/acme/chat/credentials/rotate", headers: ["Cookie": cookie]).status == 403)
 
-            let rotated = try await Self.send(beacon.baseURL, "POST", "/acme/chat/credentials/rotate", headers: session)
+            // Nor without the current secret: a leaked token or session alone cannot make itself a secret.
+            let blind = try await Self.send(beacon.baseURL, "POST", "/acme/chat/credentials/rotate", headers: session)
+            #expect(blind.status == 400 && blind.json["error"] == "invalid_grant")
+            let wrong = try await Self.send(
+                beacon.baseURL, "POST", "/acme/chat/credentials/rotate", body: #"{"client_secret":"guess"}"#,
+                headers: session.merging(["Content-Type": "application/json"]) { $1 })
+            #expect(wrong.status == 400 && wrong.json["error"] == "invalid_grant")
+            #expect(try await beacon.rest("GET", "/users/alice", token: oldToken).status == 200)  // nothing rotated
+
+            let rotated = try await Self.send(
+                beacon.baseURL, "POST", "/acme/chat/credentials/rotate", body: #"{"client_secret":"\#(old.clientSecret)"}"#,
+                headers: session.merging(["Content-Type": "application/json"]) { $1 })
             #expect(rotated.status == 200)
             #expect(rotated.headers["cache-control"] == "no-store")
             #expect(rotated.headers["set-cookie"]?.lowercased().contains("max-age=0") == true)
@@ -112,7 +100,7 @@ import FoundationNetworking
             _ = try await Self.signIn(beacon.baseURL, clientID: old.clientID, secret: new)
 
             // With an app token: that token ends with the secret it was issued for.
-            let byToken = try await beacon.rest("POST", "/credentials/rotate", token: newToken)
+            let byToken = try await beacon.rest("POST", "/credentials/rotate", ["client_secret": .string(new)], token: newToken)
             #expect(byToken.status == 200 && byToken.json["data"]?["client_secret"]?.stringValue != new)
             #expect(try await beacon.rest("GET", "/users/alice", token: newToken).status == 401)
         }
@@ -256,7 +244,7 @@ struct AppCredentialsClusterTests {
             let (a, b) = (nodes[0], nodes[1])
             let old = try #require(a.credentials)
             #expect(try await b.rest("GET", "/users").status == 200)  // b has the app cached now
-            let rotated = try await a.rest("POST", "/credentials/rotate")
+            let rotated = try await a.rest("POST", "/credentials/rotate", ["client_secret": .string(old.clientSecret)])
             #expect(rotated.status == 200)
             let secret = try #require(rotated.json["data"]?["client_secret"]?.stringValue)
             #expect(try await a.rest("GET", "/users").status == 401)

@@ -10,35 +10,12 @@ import FoundationNetworking
 /// Console sessions from outside: the cookie's attributes, sign-in refusals that stop another site, expiry, one app per
 /// session, planted cookies. (The browser flows are in tests/console.)
 @Suite struct ConsoleSessionTests {
-    /// A session that neither keeps nor sends cookies by itself: every test says which cookie it sends.
-    private static let http: URLSession = {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        return URLSession(configuration: configuration)
-    }()
-
-    private struct Answer {
-        var status: Int
-        var headers: [String: String]
-        var json: JSONValue
-    }
+    private typealias Answer = CookielessHTTP.Answer
 
     private static func send(
         _ beacon: TestBeacon, _ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]
     ) async throws -> Answer {
-        var request = URLRequest(url: URL(string: beacon.baseURL.absoluteString + path)!)
-        request.httpMethod = method
-        request.httpShouldHandleCookies = false
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        request.httpBody = body.map { Data($0.utf8) }
-        let (data, response) = try await http.data(for: request)
-        let http = response as? HTTPURLResponse
-        let headers = Dictionary(
-            (http?.allHeaderFields ?? [:]).map { (String(describing: $0.key).lowercased(), String(describing: $0.value)) }, uniquingKeysWith: { $1 })
-        return Answer(
-            status: http?.statusCode ?? 0, headers: headers,
-            json: (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self)))
+        try await CookielessHTTP.send(beacon.baseURL, method, path, body: body, headers: headers)
     }
 
     private static func signInBody(_ beacon: TestBeacon) throws -> String {

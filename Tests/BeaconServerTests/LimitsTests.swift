@@ -40,15 +40,15 @@ import Testing
 
     @Test func theLimiterCountsTheUserAndTheApp() throws {
         let limiter = SendLimiter(SendLimits(perUser: SendRate(perSecond: 1, burst: 2), perApp: SendRate(perSecond: 1, burst: 3)))
-        try limiter.admit(app: 1, user: "alice", messages: 2, now: 0)
+        try limiter.admit(app: 1, user: "alice", messages: 2, deliveries: 2, now: 0)
         #expect(throws: BeaconError(.tooManyRequests, "alice is sending too fast; slow down")) {
-            try limiter.admit(app: 1, user: "alice", messages: 1, now: 0)
+            try limiter.admit(app: 1, user: "alice", messages: 1, deliveries: 1, now: 0)
         }
-        try limiter.admit(app: 1, user: nil, messages: 1, now: 0)  // the app itself: the app's bucket only
+        try limiter.admit(app: 1, user: nil, messages: 1, deliveries: 1, now: 0)  // the app itself: the app's bucket only
         #expect(throws: BeaconError(.tooManyRequests, "this app is sending too fast; slow down")) {
-            try limiter.admit(app: 1, user: "bob", messages: 1, now: 0)
+            try limiter.admit(app: 1, user: "bob", messages: 1, deliveries: 1, now: 0)
         }
-        try limiter.admit(app: 2, user: "bob", messages: 2, now: 0)  // another app
+        try limiter.admit(app: 2, user: "bob", messages: 2, deliveries: 2, now: 0)  // another app
     }
 
     /// Past the user's rate, a send by that user — REST with a user token, or a device — gets `429 too_many_requests` and
@@ -76,6 +76,15 @@ import Testing
                 #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "5")
             }
         }
+    }
+
+    /// The app's bucket counts deliveries (a group message, one per member); a send it refuses gives the user's tokens back.
+    @Test func theAppCountsDeliveriesAndARefusalTakesNothing() throws {
+        let limiter = SendLimiter(SendLimits(perUser: SendRate(perSecond: 1, burst: 2), perApp: SendRate(perSecond: 1, burst: 3)))
+        try limiter.admit(app: 1, user: "alice", messages: 1, deliveries: 3, now: 0)  // one message to a group of three
+        #expect(throws: BeaconError.self) { try limiter.admit(app: 1, user: "bob", messages: 2, deliveries: 2, now: 0) }
+        // bob's two tokens came back: once the app has refilled one delivery, his two-message send goes.
+        try limiter.admit(app: 1, user: "bob", messages: 2, deliveries: 1, now: 1000)
     }
 
     /// A user token cannot create a group with others in it, nor add anyone; its groups stay within the cap; the app can.

@@ -43,6 +43,46 @@ import Testing
         }
     }
 
+    /// Writes that raced the deletion write nothing for the next holder of the name: a bind made with the old user's uuid,
+    /// and the push jobs of a route decided before the deletion and recorded after it.
+    @Test(arguments: StoreKind.available)
+    func writesThatRacedADeletionDoNotReachTheNextHolderOfTheName(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            let old = try #require(try await store.user("bob", app: app.id))
+            let phone = PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1)
+            #expect(try await store.bind(phone, app: app.id, holder: old.uuid))
+            _ = try await store.append(
+                [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+                app: app.id, receipt: nil)
+
+            #expect(try await store.deleteUser("bob", app: app.id, now: now))
+            #expect(try await !store.bind(phone, app: app.id, holder: old.uuid))
+            #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
+            try await makeUsers(store, app, ["bob"])
+            #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)
+            #expect(try await store.claimPushJobs(now: now, lease: 60_000, limit: 10).isEmpty)
+            let new = try #require(try await store.user("bob", app: app.id))
+            #expect(try await store.bind(phone, app: app.id, holder: new.uuid))
+            #expect(try await store.bindings(of: "bob", app: app.id).count == 1)
+        }
+    }
+
+    /// A console sign-in whose secret was rotated between its check and its session creates no session.
+    @Test(arguments: StoreKind.available)
+    func aConsoleSessionIsCreatedOnlyWhileTheCheckedSecretIsCurrent(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let session = ConsoleSession(digest: "d", app: app.id, createdAt: now, expiresAt: now + 10_000)
+            #expect(try await !store.createConsoleSession(session, now: now, secretHash: "another"))
+            #expect(try await store.consoleSession(digest: "d", now: now) == nil)
+            #expect(try await store.createConsoleSession(session, now: now, secretHash: app.clientSecretHash))
+            #expect(try await store.consoleSession(digest: "d", now: now) != nil)
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func aDeletedOwnersGroupsGoToTheirLongestStandingMemberOrAreDissolved(kind: StoreKind) async throws {
         try await kind.withStore { store in

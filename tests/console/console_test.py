@@ -487,8 +487,12 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 page.once("dialog", lambda dialog: dialog.dismiss())
                 page.get_by_role("button", name="Rotate client secret").click()
                 expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+                # A wrong current secret rotates nothing.
+                page.once("dialog", lambda dialog: dialog.accept("not the secret"))
+                page.get_by_role("button", name="Rotate client secret").click()
+                expect(page.locator("#rotate-error")).to_contain_text("client_secret is wrong")
                 old = next(c for c in page.context.cookies() if c["name"] == "beacon_console")
-                page.once("dialog", lambda dialog: dialog.accept())
+                page.once("dialog", lambda dialog: dialog.accept(credentials["client_secret"]))
                 page.get_by_role("button", name="Rotate client secret").click()
                 expect(page.get_by_role("button", name="Sign in")).to_be_visible()
                 expect(page.locator("#sign-in")).to_contain_text("this one too")
@@ -503,7 +507,7 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator("#sign-in-error")).to_contain_text("client_secret is wrong")
                 sign_in(page, base, {**credentials, "client_secret": secret})
                 expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-            failures.step("rotating the client secret asks, shows the new secret once and ends the session; only the new secret signs in",
+            failures.step("rotating the client secret asks for the current one, shows the new secret once and ends the session; only the new secret signs in",
                           rotate_secret)
 
             failures.step("no script errors", lambda: (_ for _ in ()).throw(AssertionError("; ".join(errors))) if errors else None)

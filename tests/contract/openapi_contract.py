@@ -1045,7 +1045,9 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     csrf = ((answer.json or {}) if answer else {}).get("csrf_token", "")
     c.call("rotateClientSecret", token=tokens["carol"], expect=403, error="forbidden_op", label="(user token)")
     c.call("rotateClientSecret", headers=cookie, expect=403, error="forbidden_op", label="(console session without CSRF token)")
-    answer = c.call("rotateClientSecret", headers={**cookie, "X-CSRF-Token": csrf}, label="(console session)")
+    c.call("rotateClientSecret", headers={**cookie, "X-CSRF-Token": csrf}, expect=400, error="invalid_grant", label="(console session without the current secret)")
+    c.call("rotateClientSecret", headers={**cookie, "X-CSRF-Token": csrf}, body={"client_secret": "wrong"}, expect=400, error="invalid_grant", label="(wrong current secret)")
+    answer = c.call("rotateClientSecret", headers={**cookie, "X-CSRF-Token": csrf}, body={"client_secret": credentials["client_secret"]}, label="(console session)")
     rotated = data_of(answer) or {}
     new_secret = rotated.get("client_secret")
     report.check(
@@ -1061,7 +1063,7 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     report.check(((answer.json or {}) if answer else {}).get("expires_in") == 7 * 24 * 3600, "an app token lives 7 days at most", repr(answer and answer.json))
     new_token = ((answer.json or {}) if answer else {}).get("access_token")
     c.call("listPushCertificates", token=new_token, label="(app token of the new secret)")
-    c.call("rotateClientSecret", token=new_token, label="(app token)")
+    c.call("rotateClientSecret", token=new_token, body={"client_secret": new_secret or ""}, label="(app token)")
     c.call("listPushCertificates", token=new_token, expect=401, error="auth_bad_access_token", label="(app token of the secret rotated with it)")
 
 

@@ -209,13 +209,15 @@ function credentialsCard() {
   const rotate = el("button", { type: "button", class: "secondary", id: "rotate-secret" }, "Rotate client secret");
   rotate.addEventListener("click", async () => {
     const app = `${console_.session.org}/${console_.session.app}`;
-    if (!window.confirm(`Rotate the client secret of ${app}? The current secret stops working at once: every app token issued with it `
-      + "and every console session of the app, this one too, end. The new secret is shown once.")) return;
+    const current = window.prompt(`Rotate the client secret of ${app}? The current secret stops working at once: every app token issued `
+      + "with it and every console session of the app, this one too, end. The new secret is shown once. To confirm, enter the "
+      + "current client secret:");
+    if (!current) return;
     error.textContent = "";
     rotate.disabled = true;
     let answer;
     try {
-      answer = await call("POST", "credentials/rotate");
+      answer = await call("POST", "credentials/rotate", { client_secret: current });
     } catch (failure) {
       rotate.disabled = false;
       if (console_.session) error.textContent = `The secret was not rotated: ${failure.message}`;
