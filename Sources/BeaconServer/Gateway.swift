@@ -5,6 +5,17 @@ import Foundation
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import Synchronization
+
+/// A moment a session remembers, shared by its copies.
+final class Checkpoint: Sendable {
+    private let instant = Mutex(ContinuousClock.now)
+
+    var value: ContinuousClock.Instant {
+        get { instant.withLock { $0 } }
+        set { instant.withLock { $0 = newValue } }
+    }
+}
 
 /// The WebSocket side of Beacon: one `DeviceSession` per connected device.
 struct DeviceSession {
@@ -23,6 +34,10 @@ struct DeviceSession {
     let afterRegistered: (@Sendable (String, String) async throws -> Void)?
     /// Authenticates the connection's token again (throws when it no longer holds).
     let reauthenticate: @Sendable () async throws -> Void
+    /// When the token was last found to hold (`stillSignedIn`).
+    let authenticatedAt = Checkpoint()
+    /// A frame that writes for the user (send, read, badge) re-checks the token when it was last checked longer ago.
+    static let reauthenticateAfter: Duration = .seconds(1)
     let logger: Logger
 
     static let maxFrameBytes = 64 * 1024
@@ -193,6 +208,32 @@ struct DeviceSession {
             guard seq > acked else { return acked }
             cursors.advance(user, device: deviceID, app: app.id, to: seq)
             return seq
+        case .send, .read, .readAll, .badge:
+            guard await stillSignedIn(outbox) else { return acked }
+            try await write(frame, on: outbox)
+        }
+        return acked
+    }
+
+    /// Whether the session may still write for its user: not told to close (a kick on this node, the user's deletion
+    /// included), and its token still holds — checked against the store at most every `reauthenticateAfter`, so that a
+    /// session of a deleted user on another node, whose kick is late, acts for a new user of the name that long at most.
+    private func stillSignedIn(_ outbox: DeviceOutbox) async -> Bool {
+        guard !outbox.isClosing else { return false }
+        guard authenticatedAt.value.duration(to: .now) > Self.reauthenticateAfter else { return true }
+        do {
+            try await reauthenticate()
+            authenticatedAt.value = .now
+            return true
+        } catch {
+            outbox.close(reason: "kicked")
+            return false
+        }
+    }
+
+    /// A frame that writes for the user.
+    private func write(_ frame: ClientFrame, on outbox: DeviceOutbox) async throws {
+        switch frame {
         case .send(let request):
             answer(await send(request), on: outbox)
         case .read(let chatType, let conversation, let upTo):
@@ -205,8 +246,9 @@ struct DeviceSession {
             } catch {
                 answer(errorFrame(for: error, id: nil), on: outbox)
             }
+        case .ping, .sync, .logout, .ack:
+            break
         }
-        return acked
     }
 
     /// Queues an answer; a device that stopped reading its answers is disconnected rather than left without one

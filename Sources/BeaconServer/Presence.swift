@@ -242,6 +242,9 @@ final class DeviceOutbox: Sendable {
         wake.yield()
     }
 
+    /// Whether the connection was told to close (kicked, replaced, logged out, overloaded).
+    var isClosing: Bool { state.withLock { $0.closeReason != nil } }
+
     /// The writer is about to send everything up to `seq` (the device may acknowledge it from now on).
     func noteSending(through seq: Int64) {
         sentThrough.max(seq, ordering: .relaxed)

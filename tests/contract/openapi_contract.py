@@ -755,7 +755,12 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.raw_error("GET", f"/{ORG}/{APP}/no/such/path", 404, "service_resource_not_found", token=app_token)
 
     # --- groups ------------------------------------------------------------------------------------------------------
-    answer = c.call("createGroup", token=tokens["carol"], body={"groupname": "contract", "desc": "a group", "owner": "carol", "members": ["dave"], "maxusers": 10})
+    c.call("createGroup", token=tokens["carol"], body={"groupname": "x", "owner": "carol", "members": ["dave"]}, expect=403, error="forbidden_op", label="(a user token naming other members)")
+    c.call("createGroup", token=tokens["carol"], body={"groupname": "x", "owner": "carol", "maxusers": 201}, expect=400, error="illegal_argument", label="(a user token over userGroupMaxUsers)")
+    answer = c.call("createGroup", token=tokens["carol"], body={"groupname": "contract", "desc": "a group", "owner": "carol", "maxusers": 10}, label="(a user's group of one)")
+    mine = (data_of(answer) or {}).get("groupid") if isinstance(data_of(answer), dict) else None
+    c.call("addGroupMember", {"group": mine or "0", "username": "dave"}, token=tokens["carol"], expect=403, error="forbidden_op", label="(the owner's user token)")
+    answer = c.call("createGroup", token=app_token, body={"groupname": "contract", "desc": "a group", "owner": "carol", "members": ["dave"], "maxusers": 10}, label="(the app's)")
     group = (data_of(answer) or {}).get("groupid") if isinstance(data_of(answer), dict) else None
     if not group:
         raise RuntimeError("no group: cannot go on")
@@ -767,7 +772,7 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("getGroup", {"group": "999999999"}, token=app_token, expect=404, error="group_not_found", label="(unknown group)")
     c.call("getGroup", {"group": group}, token=tokens["erin"], expect=403, error="forbidden_op", label="(not a member)")
     c.call("getGroupMembers", {"group": group}, token=app_token)
-    c.call("addGroupMember", {"group": group, "username": "erin"}, token=tokens["carol"])
+    c.call("addGroupMember", {"group": group, "username": "erin"}, token=app_token)
     c.call("removeGroupMember", {"group": group, "username": "erin"}, token=tokens["erin"], label="(a member leaves)")
     c.call("removeGroupMember", {"group": group, "username": "carol"}, token=app_token, expect=403, error="forbidden_op", label="(the owner)")
 
