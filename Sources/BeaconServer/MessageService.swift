@@ -79,10 +79,12 @@ final class MessageService: Sendable {
                 throw BeaconError.illegal("to must name 1-\(Validation.maxUserTargets) users")
             }
             let existing = try await store.existingUsers(targets, app: app.id)
-            if let missing = targets.first(where: { !existing.contains($0) }) {
+            // A user (`enforceMembership`) is not told which names exist: a message to one that does not reaches nobody but
+            // the sender's own devices, and is answered like any other. The app is told (`user_not_found`).
+            if !enforceMembership, let missing = targets.first(where: { !existing.contains($0) }) {
                 throw BeaconError(.userNotFound, "user \(missing) does not exist")
             }
-            return Dictionary(targets.map { ($0, [$0]) }, uniquingKeysWith: { first, _ in first })
+            return Dictionary(targets.map { ($0, existing.contains($0) ? [$0] : []) }, uniquingKeysWith: { first, _ in first })
         case .groupchat:
             guard !targets.isEmpty, targets.count <= Validation.maxGroupTargets else {
                 throw BeaconError.illegal("to must name 1-\(Validation.maxGroupTargets) groups")

@@ -87,6 +87,27 @@ import Testing
         try limiter.admit(app: 1, user: "bob", messages: 2, deliveries: 1, now: 1000)
     }
 
+    /// `user_not_found` is no username oracle for users: a user token's send to a name that does not exist is answered like
+    /// any other (and reaches nobody); the app is still told.
+    @Test func aUserIsNotToldWhichNamesExist() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice", "bob")
+            let alice = try await beacon.userToken("alice")
+            let toGhost = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["ghost"], "type": "txt", "body": ["msg": "x"]], token: alice)
+            let toBob = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]], token: alice)
+            #expect(toGhost.status == 200 && toBob.status == 200)
+            #expect(toGhost.json["data"]?["ghost"]?.stringValue != nil, "\(toGhost.json)")
+            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "1")
+            let byApp = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["ghost"], "type": "txt", "body": ["msg": "x"]])
+            #expect(byApp.status == 404 && byApp.json["error"] == "user_not_found")
+            // The name created later does not find that message.
+            try await beacon.createUsers("ghost")
+            #expect(try await beacon.rest("GET", "/users/ghost/offline_msg_count").json["data"]?["ghost"] == "0")
+        }
+    }
+
     /// A user token cannot create a group with others in it, nor add anyone; its groups stay within the cap; the app can.
     @Test func usersCreateGroupsOfOneWithinTheCapAndOnlyTheAppAddsMembers() async throws {
         try await TestBeacon.run { beacon in
