@@ -201,7 +201,7 @@ public struct BeaconServer: Sendable {
         let lifetime = Int64(max(1, min(lifetimeSeconds ?? configuration.tokenLifetimeSeconds, TokenClaims.maxAppTokenLifetime))) * 1000
         let issuedAt = max(now, app.tokensValidAfter)
         return api.tokens.issue(
-            TokenClaims(app: app.id, user: nil, uid: nil, iat: issuedAt, exp: issuedAt + lifetime, sec: TokenClaims.secretTag(of: app)))
+            TokenClaims(app: app.id, user: nil, uid: nil, iat: issuedAt, exp: now + lifetime, sec: TokenClaims.secretTag(of: app)))
     }
 
     /// Beacon as one service: the HTTP application and, on graceful shutdown (SIGTERM), a `closing` `shutdown` frame to

@@ -101,10 +101,13 @@ public struct TokenClaims: Sendable, Codable, Hashable {
         String(app.clientSecretHash.prefix(16))
     }
 
-    /// Whether this app token is still good for `app`: issued after the last rotation of its client secret, and (when it
-    /// says) for the current secret.
+    /// Whether this app token is still good for `app`: issued after the last rotation of its client secret, (when it
+    /// says) for the current secret, and for at most `maxAppTokenLifetime` (an app token of an earlier version, issued
+    /// for longer, is refused).
     func isCurrent(for app: AppRecord) -> Bool {
-        iat >= app.tokensValidAfter && (sec == nil || sec == Self.secretTag(of: app))
+        let (span, overflow) = exp.subtractingReportingOverflow(iat)
+        return iat >= app.tokensValidAfter && (sec == nil || sec == Self.secretTag(of: app)) && !overflow
+            && span <= Int64(Self.maxAppTokenLifetime) * 1000
     }
 }
 
@@ -148,7 +151,8 @@ struct TokenIssuer: Sendable {
 ///   nothing per login) drops the entries whose window has passed and that have no attempt in flight.
 /// - User entries are never dropped while they count. Their number is bounded by the failed logins of one window and a
 ///   quarter, each of which cost a PBKDF2 run on the hashing pool.
-/// - Address entries are capped (`Limits.maxAddresses`). Past the cap, a new address is not counted at all (its attempts
+/// - Address entries are capped per app (`Limits.maxAddresses`: one tenant's flood does not lift the limit for the
+///   others). Past the cap, a new address is not counted at all (its attempts
 ///   still count against their user) rather than refused: an attacker who reached the cap holds that many addresses and
 ///   already escapes a per-address limit, so not counting one more gives nothing away, whereas refusing would lock out
 ///   every new client — the denial this throttle must not hand out. Addresses already counted keep their counts. An IPv6
@@ -199,7 +203,8 @@ final class LoginThrottle: Sendable {
 
     private struct Table {
         var users: [UserKey: Failures] = [:]
-        var addresses: [AddressKey: Failures] = [:]
+        /// By app, then address.
+        var addresses: [Int64: [NetworkAddress: Failures]] = [:]
         var lastSweep: Int64?
     }
 
@@ -223,11 +228,12 @@ final class LoginThrottle: Sendable {
         let attempt = table.withLock { table -> Attempt? in
             Self.sweep(&table, now: now, window: limits.window)
             if table.users[user]?.isOver(limits.perUser, now: now, window: limits.window) == true { return nil }
-            if let address, table.addresses[address]?.isOver(limits.perAddress, now: now, window: limits.window) == true { return nil }
+            let known = address.flatMap { table.addresses[app]?[$0.network] }
+            if known?.isOver(limits.perAddress, now: now, window: limits.window) == true { return nil }
             Self.start(&table.users, user, now: now, window: limits.window)
             var counted: AddressKey?
-            if let address, table.addresses[address] != nil || table.addresses.count < limits.maxAddresses {
-                Self.start(&table.addresses, address, now: now, window: limits.window)
+            if let address, known != nil || (table.addresses[app]?.count ?? 0) < limits.maxAddresses {
+                Self.start(&table.addresses[app, default: [:]], address.network, now: now, window: limits.window)
                 counted = address
             }
             return Attempt(user: user, address: counted)
@@ -242,14 +248,15 @@ final class LoginThrottle: Sendable {
         table.withLock { table in
             Self.finish(&table.users, attempt.user, now: now, window: window, succeeded: succeeded, forgetOnSuccess: true)
             if let address = attempt.address {
-                Self.finish(&table.addresses, address, now: now, window: window, succeeded: succeeded, forgetOnSuccess: false)
+                Self.finish(&table.addresses[address.app, default: [:]], address.network, now: now, window: window, succeeded: succeeded, forgetOnSuccess: false)
+                if table.addresses[address.app]?.isEmpty == true { table.addresses[address.app] = nil }
             }
         }
     }
 
     /// Entries kept now, users and addresses (for tests).
     var entryCounts: (users: Int, addresses: Int) {
-        table.withLock { ($0.users.count, $0.addresses.count) }
+        table.withLock { ($0.users.count, $0.addresses.values.reduce(0) { $0 + $1.count }) }
     }
 
     /// Drops expired entries, at most once every quarter window (and whenever the clock went back).
@@ -257,7 +264,10 @@ final class LoginThrottle: Sendable {
         if let last = table.lastSweep, now >= last, now - last < max(1, window / 4) { return }
         table.lastSweep = now
         removeExpired(&table.users, now: now, window: window)
-        removeExpired(&table.addresses, now: now, window: window)
+        for app in Array(table.addresses.keys) {
+            removeExpired(&table.addresses[app, default: [:]], now: now, window: window)
+            if table.addresses[app]?.isEmpty == true { table.addresses[app] = nil }
+        }
     }
 
     /// Removes in place (not `Dictionary.filter`, which builds a copy and, for a table of 200,000 entries, crashed a loaded

@@ -127,7 +127,7 @@ struct Routes {
             // Never before the rotation that made this secret the current one (a node whose clock is behind the CLI's).
             let issuedAt = max(now, current.tokensValidAfter)
             let appClaims = TokenClaims(
-                app: app.id, user: nil, uid: nil, iat: issuedAt, exp: issuedAt + Int64(appLifetime) * 1000, sec: TokenClaims.secretTag(of: current))
+                app: app.id, user: nil, uid: nil, iat: issuedAt, exp: now + Int64(appLifetime) * 1000, sec: TokenClaims.secretTag(of: current))
             return API.json(
                 TokenResponse(accessToken: api.tokens.issue(appClaims), expiresIn: appLifetime, application: "\(app.key.org)#\(app.key.name)"))
         case "password":

@@ -57,11 +57,10 @@ enum WebhookFailure: String, Error, Sendable, CaseIterable {
         case is TimedOut:
             return .timeout
         case let error as HTTPClientError:
-            let timeouts: [HTTPClientError] = [
-                .connectTimeout, .readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout, .getConnectionFromPoolTimeout,
-            ]
+            // A connection that could not be made in time is a failure to connect (the other address family is tried then).
+            if error == .connectTimeout || error == .remoteConnectionClosed { return .connect }
+            let timeouts: [HTTPClientError] = [.readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout, .getConnectionFromPoolTimeout]
             if timeouts.contains(error) { return .timeout }
-            if error == .remoteConnectionClosed { return .connect }
             return .invalidResponse
         case is NIOSSLError, is BoringSSLError, is NIOSSLExtraError:
             return .tls
@@ -69,8 +68,7 @@ enum WebhookFailure: String, Error, Sendable, CaseIterable {
             return error.connectionErrors.isEmpty && (error.dnsAError != nil || error.dnsAAAAError != nil) ? .dns : .connect
         case is SocketAddressError.UnknownHost:
             return .dns
-        case let error as ChannelError:
-            if case .connectTimeout = error { return .timeout }
+        case is ChannelError:
             return .connect
         case is IOError:
             return .connect
@@ -212,14 +210,14 @@ enum WebhookTarget {
     /// The check on an address's bytes, in network order: 4 for IPv4, 16 for IPv6 (anything else is refused).
     static func isRefused(bytes: [UInt8]) -> Bool {
         switch bytes.count {
-        case 4: isRefusedIPv4(bytes[0], bytes[1])
+        case 4: isRefusedIPv4(bytes[0], bytes[1], bytes[2])
         case 16: isRefusedIPv6(bytes)
         default: true
         }
     }
 
-    /// By the first two bytes of an IPv4 address.
-    private static func isRefusedIPv4(_ a: UInt8, _ b: UInt8) -> Bool {
+    /// By the first three bytes of an IPv4 address.
+    private static func isRefusedIPv4(_ a: UInt8, _ b: UInt8, _ c: UInt8) -> Bool {
         switch a {
         // 0.0.0.0/8 ("this network": 0.0.0.0 reaches this machine), 10.0.0.0/8 (private), 127.0.0.0/8 (loopback)
         case 0, 10, 127: return true
@@ -229,8 +227,10 @@ enum WebhookTarget {
         case 169: return b == 254
         // 172.16.0.0/12, private
         case 172: return (b & 0xF0) == 16
-        // 192.168.0.0/16, private
-        case 192: return b == 168
+        // 192.168.0.0/16, private; 192.0.0.0/24, IETF protocol assignments
+        case 192: return b == 168 || (b == 0 && c == 0)
+        // 198.18.0.0/15, benchmarking (network devices)
+        case 198: return (b & 0xFE) == 18
         // 224.0.0.0/4 multicast, 240.0.0.0/4 reserved, 255.255.255.255 broadcast
         case 224...: return true
         default: return false
@@ -245,6 +245,9 @@ enum WebhookTarget {
         if zeros(0..<10), (b[10] == 0xFF && b[11] == 0xFF) || (b[10] == 0 && b[11] == 0) { return isRefused(bytes: embedded) }
         if zeros(0..<8), b[8] == 0xFF, b[9] == 0xFF, zeros(10..<12) { return isRefused(bytes: embedded) }
         if b[0] == 0, b[1] == 0x64, b[2] == 0xFF, b[3] == 0x9B, zeros(4..<12) { return isRefused(bytes: embedded) }
+        // 64:ff9b:1::/48, local-use NAT64 (any embedding: refused whole); 100::/64, discard-only
+        if b[0] == 0, b[1] == 0x64, b[2] == 0xFF, b[3] == 0x9B, b[4] == 0, b[5] == 1 { return true }
+        if b[0] == 0x01, b[1] == 0, zeros(2..<8) { return true }
         // 2002::/16 (6to4) carries an IPv4 address in its bytes 2 to 5.
         if b[0] == 0x20, b[1] == 0x02, isRefused(bytes: Array(b[2..<6])) { return true }
         // fc00::/7, unique local

@@ -541,11 +541,14 @@ struct RotateKey: AsyncParsableCommand {
 }
 
 /// The embedded database's server lock: `serve` holds it (`flock`, exclusive, on `DATABASE.lock` beside the database
-/// file) for as long as it runs, and so does a command that must not run beside a server (`rotate-key`): a second
-/// server on the same file — two containers on one volume, a manual `serve` beside the systemd unit — refuses to start
-/// instead of sharing the push queue, the message-id slot and presence with the first. Commands that only read or add
-/// (`app create`, `backup`) take no lock. The kernel drops the lock when the process ends, kill -9 included. (A separate
-/// file: closing any descriptor of the database file itself would drop SQLite's own `fcntl` locks.)
+/// file, the path with its links resolved) for as long as it runs, and so does a command that must not run beside a
+/// server (`rotate-key`): a second server on the same file — two containers on one volume, a manual `serve` beside the
+/// systemd unit, a path through a link — refuses to start instead of sharing the push queue, the message-id slot and
+/// presence with the first. Commands that only read or add (`app create`, `backup`) take no lock. The kernel drops the
+/// lock when the process ends, kill -9 included. The database file itself is locked too, as servers before this lock
+/// file locked it (shared): a rolling upgrade does not start a new server beside an old one. (The lock file is apart
+/// because closing a descriptor of the database file drops SQLite's own `fcntl` locks: that one is closed only when the
+/// process is done with the database, or before it opened it.)
 final class ServeLock: Sendable {
     /// Who takes the lock: the message a second taker sees names the first.
     enum Mode: Sendable {
@@ -553,23 +556,40 @@ final class ServeLock: Sendable {
         case maintenance
     }
 
-    private let descriptor: Int32
+    private let descriptors: [Int32]
 
     init(database: String, mode: Mode) throws {
-        let path = database + ".lock"
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw ValidationError("cannot open \(path): \(String(cString: strerror(errno)))") }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            close(descriptor)
-            switch mode {
-            case .server:
-                throw ValidationError(
-                    "another beacon serve (or rotate-key) is using \(database): one server per embedded database; several nodes share PostgreSQL (docs/scaling.md)")
-            case .maintenance:
-                throw ValidationError("a server runs on \(database): stop it first")
+        let database = Self.resolved(database)
+        let busy: String
+        switch mode {
+        case .server:
+            busy = "another beacon serve (or rotate-key) is using \(database): one server per embedded database; several nodes share PostgreSQL (docs/scaling.md)"
+        case .maintenance:
+            busy = "a server runs on \(database): stop it first"
+        }
+        var taken: [Int32] = []
+        for (path, create) in [(database + ".lock", true), (database, false)] {
+            if !create && !FileManager.default.fileExists(atPath: path) { continue }
+            let descriptor = open(path, create ? O_RDWR | O_CREAT | O_CLOEXEC : O_RDONLY | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                taken.forEach { _ = close($0) }
+                throw ValidationError("cannot open \(path): \(String(cString: strerror(errno)))")
+            }
+            taken.append(descriptor)
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                taken.forEach { _ = close($0) }
+                throw ValidationError(busy)
             }
         }
+        descriptors = taken
     }
 
-    deinit { close(descriptor) }
+    deinit { descriptors.forEach { _ = close($0) } }
+
+    /// `path` with the links of its directory (and of itself, when it exists) resolved: one database, one lock.
+    static func resolved(_ path: String) -> String {
+        let url = URL(fileURLWithPath: path)
+        if FileManager.default.fileExists(atPath: path) { return url.resolvingSymlinksInPath().path }
+        return url.deletingLastPathComponent().resolvingSymlinksInPath().appendingPathComponent(url.lastPathComponent).path
+    }
 }

@@ -177,6 +177,11 @@ import FoundationNetworking
         #expect(!TokenClaims(app: 1, user: nil, uid: nil, iat: 999, exp: 9_000).isCurrent(for: app))
         #expect(TokenClaims(app: 1, user: nil, uid: nil, iat: 1_000, exp: 9_000, sec: TokenClaims.secretTag(of: app)).isCurrent(for: app))
         #expect(!TokenClaims(app: 1, user: nil, uid: nil, iat: 5_000, exp: 9_000, sec: "0123456789abcdef").isCurrent(for: app))
+        // Issued for longer than an app token may live (an earlier version's 60 days): refused.
+        let week = Int64(TokenClaims.maxAppTokenLifetime) * 1000
+        #expect(TokenClaims(app: 1, user: nil, uid: nil, iat: 1_000, exp: 1_000 + week).isCurrent(for: app))
+        #expect(!TokenClaims(app: 1, user: nil, uid: nil, iat: 1_000, exp: 1_001 + week).isCurrent(for: app))
+        #expect(!TokenClaims(app: 1, user: nil, uid: nil, iat: .min, exp: .max).isCurrent(for: app))
     }
 
     /// `beacon app rotate-secret` as an operator runs it, beside a running server on the same data directory: the new

@@ -36,7 +36,8 @@ private let phone = String(repeating: "cd", count: 32)
             #expect(conversations.status == 200)
             #expect(!"\(conversations.json)".contains("bob"), "\(conversations.json)")
             #expect(try await beacon.rest("GET", "/users/alice/offline_msg_count", token: token).json["data"]?["alice"] == "0")
-            #expect(try await beacon.rest("GET", "/users/alice/devices", token: token).json["entities"]?.arrayValue?.isEmpty ?? true)
+            let devices = try await beacon.rest("GET", "/users/alice/devices", token: token)
+            #expect(devices.status == 200 && !"\(devices.json)".contains("iphone"), "\(devices.json)")
             #expect(simulator.deliveries(deviceToken: phone).count == 1)
         }
     }
@@ -55,8 +56,7 @@ private let phone = String(repeating: "cd", count: 32)
             let group = try await beacon.rest("GET", "/chatgroups/\(team)")
             #expect(group.json["data"]?[0]?["owner"] == "bob", "\(group.json)")
             #expect(try await beacon.rest("GET", "/chatgroups/\(solo)").json["error"] == "group_not_found")
-            #expect(try await beacon.rest("POST", "/chatgroups/\(team)/users/alice", token: token).status == 403)
-            #expect(try await beacon.rest("GET", "/chatgroups/\(team)", token: token).status == 403)
+            #expect(try await beacon.rest("GET", "/chatgroups/\(team)", token: token).status == 403)  // not a member
             #expect(try await beacon.rest("DELETE", "/chatgroups/\(team)/users/carol", token: token).status == 403)
             #expect(try await beacon.rest("GET", "/chatgroups/\(team)/users").json["data"]?.arrayValue?.count == 2)
         }
@@ -103,6 +103,12 @@ private let phone = String(repeating: "cd", count: 32)
             _ = try await second.line(containing: "another beacon serve")
             let status = await second.exitStatus(within: .seconds(30))
             #expect(status != nil && status != 0)
+            // Through a link to the same file, too.
+            let link = directory.appendingPathComponent("link.sqlite").path
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: data + "/beacon.sqlite")
+            let linked = try BeaconProcess(["serve", "--port", "0", "--data-dir", data, "--database", "sqlite:" + link])
+            _ = try await linked.line(containing: "another beacon serve")
+            #expect(await linked.exitStatus(within: .seconds(30)).map { $0 != 0 } == true)
 
             let created = try await runToExit(BeaconProcess.executable, ["app", "create", "acme/chat", "--json", "--data-dir", data])
             #expect(created.status == 0, "\(String(decoding: created.output, as: UTF8.self))")

@@ -86,6 +86,11 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
         #expect(throws: throttled) { _ = try throttle.begin(app: 1, username: "c", address: try address("192.0.2.1"), now: t0) }
         for index in 0..<5 { try fail(throttle, "d\(index)", from: try address("192.0.2.3"), at: t0) }
         #expect(counts(throttle) == [8, 2])  // a0, a1, b0 and d0-d4 (the refused c is not kept); .3 is not counted
+        // The cap is per app: app 1's flood leaves app 2 counting its addresses.
+        for _ in 0..<2 {
+            throttle.end(try throttle.begin(app: 2, username: "e", address: try address("192.0.2.3"), now: t0), now: t0, succeeded: false)
+        }
+        #expect(throws: throttled) { _ = try throttle.begin(app: 2, username: "f", address: try address("192.0.2.3"), now: t0) }
     }
 
     @Test func anIPv6ClientCountsAsItsSlash64() throws {

@@ -3,6 +3,8 @@ import Crypto
 import Foundation
 import Hummingbird
 import Logging
+import AsyncHTTPClient
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 import Testing
@@ -269,6 +271,8 @@ final class WebhookReceiver: Sendable {
             "::ffff:127.0.0.1", "::ffff:0.0.0.0", "::ffff:10.1.2.3", "::ffff:169.254.169.254", "::ffff:172.16.0.1",
             "::ffff:192.168.1.1", "::ffff:100.64.0.1", "::ffff:224.0.0.1", "::ffff:7f00:1", "::127.0.0.1", "::10.0.0.1",
             "::ffff:0:127.0.0.1", "64:ff9b::127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:c0a8:101::1",
+            // IETF protocol assignments, benchmarking, local-use NAT64, discard-only
+            "192.0.0.0", "192.0.0.255", "198.18.0.0", "198.19.255.255", "64:ff9b:1::8.8.8.8", "100::1",
         ]
         for address in refused {
             #expect(WebhookTarget.isRefused(ipAddress: address) == true, "\(address)")
@@ -277,7 +281,7 @@ final class WebhookReceiver: Sendable {
             "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "126.255.255.255", "128.0.0.0",
             "169.253.255.255", "169.255.0.0", "172.15.255.255", "172.32.0.0", "192.167.255.255", "192.169.0.0", "192.0.2.1",
             "223.255.255.255", "2001:4860:4860::8888", "2606:4700:4700::1111", "fbff:ffff::1", "fe00::1", "::ffff:8.8.8.8",
-            "::8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1",
+            "::8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "192.0.1.0", "198.17.255.255", "198.20.0.0", "100:0:0:1::1",
         ]
         for address in allowed {
             #expect(WebhookTarget.isRefused(ipAddress: address) == false, "\(address)")
@@ -304,5 +308,9 @@ final class WebhookReceiver: Sendable {
         #expect(WebhookFailure.shown("connect(descriptor:addr:size:): Connection refused (errno: 111)") == "connect")
         #expect(WebhookFailure.category(of: WebhookAnswer(status: 500)) == .http5xx)
         #expect(WebhookFailure.category(of: TimedOut()) == .timeout)
+        // A connect that timed out is a failure to connect: the other address family is tried next.
+        #expect(WebhookFailure.category(of: HTTPClientError.connectTimeout) == .connect)
+        #expect(WebhookFailure.category(of: ChannelError.connectTimeout(.seconds(5))) == .connect)
+        #expect(WebhookFailure.category(of: HTTPClientError.readTimeout) == .timeout)
     }
 }
