@@ -233,6 +233,9 @@ public final class APNsClient: Sendable {
                 return connection
             } catch let failure as APNsFailure where failure == .deadlinePassed {
                 throw failure  // this caller stopped waiting; the connect goes on
+            } catch is CancellationError where Task.isCancelled {
+                // This caller was cancelled (not the connect, which goes on for the others): nothing was sent.
+                throw APNsFailure.deadlinePassed
             } catch {
                 state.withLock { state in
                     if state.connecting != nil {
@@ -265,11 +268,13 @@ public final class APNsClient: Sendable {
     }
 }
 
-/// The value of `task`, or `APNsFailure.deadlinePassed` once `deadline` has passed first; the task goes on either way
-/// (other callers may be waiting for it). Without a deadline, simply the task's value.
+/// The value of `task`, or `APNsFailure.deadlinePassed` once `deadline` has passed first, or `CancellationError` once the
+/// caller is cancelled; the task goes on either way (other callers may be waiting for it). Without a deadline, simply
+/// the task's value.
 func waitForValue<T: Sendable>(of task: Task<T, any Error>, by deadline: ContinuousClock.Instant?) async throws -> T {
     guard let deadline else { return try await task.value }
     let outcome = FirstOutcome<T>()
+    // Relays the task's value; ends with it (the connect it waits for is itself bounded).
     Task {
         do {
             outcome.resolve(.success(try await task.value))
@@ -283,5 +288,9 @@ func waitForValue<T: Sendable>(of task: Task<T, any Error>, by deadline: Continu
         outcome.resolve(.failure(APNsFailure.deadlinePassed))
     }
     defer { timer.cancel() }
-    return try await outcome.value()
+    return try await withTaskCancellationHandler {
+        try await outcome.value()
+    } onCancel: {
+        outcome.resolve(.failure(CancellationError()))
+    }
 }

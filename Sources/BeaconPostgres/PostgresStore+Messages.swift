@@ -5,6 +5,12 @@ import PostgresNIO
 
 /// Messages, inboxes, cursors and retention.
 extension PostgresStore {
+    public func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]? {
+        try await rows(
+            "SELECT message_ids FROM send_receipts WHERE app_id = \(app) AND scope = \(scope) AND reference = \(reference)"
+        ).first.map { StoredForm.receiptIDs(from: try $0[0].decode(String.self)) }
+    }
+
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)

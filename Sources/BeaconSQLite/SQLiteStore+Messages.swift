@@ -5,6 +5,15 @@ import GRDB
 
 /// Messages, inboxes, cursors and retention.
 extension SQLiteStore {
+    public func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]? {
+        try await read { db in
+            try String.fetchOne(
+                db, sql: "SELECT message_ids FROM send_receipts WHERE app_id = ? AND scope = ? AND reference = ?",
+                arguments: [app, scope, reference]
+            ).map(StoredForm.receiptIDs(from:))
+        }
+    }
+
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
         // Encoding happens before the write transaction: the writer is held for inserts only.
         let encoded = try StoredForm.encode(messages)

@@ -215,9 +215,10 @@ struct DeviceSession {
         return acked
     }
 
-    /// Whether the session may still write for its user: not told to close (a kick on this node, the user's deletion
-    /// included), and its token still holds — checked against the store at most every `reauthenticateAfter`, so that a
-    /// session of a deleted user on another node, whose kick is late, acts for a new user of the name that long at most.
+    /// Whether the session may still act and read for its user: not told to close (a kick on this node, the user's
+    /// deletion included), and its token still holds — checked against the store at most every `reauthenticateAfter`, so
+    /// that a session of a deleted user on another node, whose kick is late, acts for or reads of a new user of the name
+    /// that long at most.
     private func stillSignedIn(_ outbox: DeviceOutbox) async -> Bool {
         guard !outbox.isClosing else { return false }
         guard authenticatedAt.value.duration(to: .now) > Self.reauthenticateAfter else { return true }
@@ -313,7 +314,13 @@ struct DeviceSession {
         for reply in pending.replies {
             try await write(reply, to: outbound)
         }
-        if let reason = pending.closeReason {
+        // Messages go only to a session whose token still holds (checked as for a writing frame): a session of a deleted
+        // user whose kick is late reads nothing of a new user of the name, from the store or live.
+        var reason = pending.closeReason
+        if reason == nil, !pending.stored.isEmpty || pending.mustFetch || !pending.onlineOnly.isEmpty, !(await stillSignedIn(outbox)) {
+            reason = "kicked"
+        }
+        if let reason {
             try await write(.closing(reason: reason), to: outbound)
             try await outbound.close(.normalClosure, reason: reason)
             return nil

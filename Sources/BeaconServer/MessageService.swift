@@ -104,16 +104,30 @@ final class MessageService: Sendable {
         }
     }
 
+    /// A stored send's answer: its message ids by target.
+    private static func sentMessages(_ ids: [String: UInt64]) -> [SentMessage] {
+        ids.sorted { $0.key < $1.key }.map { SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value)) }
+    }
+
     /// Sends to every target, all or nothing; returns each target's message. A `receipt` already stored answers the
     /// first send's messages and stores nothing. `enforceMembership` marks a send by a user (a user token or a device),
     /// counted against that user's rate as well as the app's (`SendLimits`).
     func send(_ outgoing: OutgoingMessage, to targets: [String], app: AppRecord, enforceMembership: Bool, receipt: SendReceipt? = nil)
         async throws -> [SentMessage]
     {
-        let recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
-        try limiter.admit(
-            app: app.id, user: enforceMembership ? outgoing.from : nil, messages: recipients.count,
-            deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) }, now: clock())
+        let sender = enforceMembership ? outgoing.from : nil
+        let recipients: [String: [String]]
+        do {
+            // One delivery first, before any read (a refused send is paced too), the rest once the recipients are known.
+            try limiter.admit(app: app.id, user: sender, deliveries: 1, now: clock())
+            recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
+            try limiter.admit(app: app.id, user: sender, deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) } - 1, now: clock())
+        } catch let error as BeaconError where error.code == .tooManyRequests {
+            // A retry of a stored send is answered with its messages, as promised, however fast its sender goes.
+            guard let receipt, let earlier = try await store.sentMessages(scope: receipt.scope, reference: receipt.reference, app: app.id)
+            else { throw error }
+            return Self.sentMessages(earlier)
+        }
         var seen: Set<String> = []
         let messages = targets.filter { seen.insert($0).inserted }.map { target in
             let (id, timestamp) = nextID()
@@ -142,9 +156,7 @@ final class MessageService: Sendable {
         }
         switch try await store.append(new, app: app.id, receipt: receipt) {
         case .repeated(let earlier):
-            return earlier.sorted { $0.key < $1.key }.map {
-                SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value))
-            }
+            return Self.sentMessages(earlier)
         case .stored(let entries):
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             await switchboard.deliver(entries, app: app.id)

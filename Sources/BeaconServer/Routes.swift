@@ -268,7 +268,11 @@ struct Routes {
     @Sendable func ownUser(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserRecord) {
         let app = try await api.app(context)
         let username = try context.parameters.require("username")
-        try await api.caller(request, app: app).requireSelfOrApp(username)
+        let (caller, authenticated) = try await api.authenticate(request, app: app)
+        try caller.requireSelfOrApp(username)
+        // A user's own record is the one its token was checked against (not a second read, which could find a user
+        // created again under the name in between).
+        if let authenticated { return (app, authenticated) }
         guard let user = try await store.user(username, app: app.id) else {
             throw BeaconError(.userNotFound, "user \(username) does not exist")
         }

@@ -12,16 +12,17 @@ public struct SendRate: Sendable, Equatable {
     }
 }
 
-/// How fast messages may be sent: per sending user (user tokens and devices), counted in messages (one per target), and
-/// per app (every send, app tokens too), counted in deliveries (one per recipient's inbox: a group message to 10,000
-/// members counts 10,000), so that neither many small sends nor a few to huge groups let one tenant hold the writer.
-/// Past either, a send is refused with `too_many_requests` before anything is stored. Nil: unlimited.
+/// How fast messages may be sent, counted in deliveries (one per recipient's inbox: a group message to 200 members
+/// counts 200): per sending user (user tokens and devices) and per app (every send, app tokens too), so that neither
+/// many small sends nor a few to large groups let one sender or one tenant hold the writer, and no one user can take
+/// more than their share of their app's. Past either, a send is refused with `too_many_requests` before anything is
+/// stored. Nil: unlimited.
 public struct SendLimits: Sendable, Equatable {
     public var perUser: SendRate?
     public var perApp: SendRate?
 
     public init(
-        perUser: SendRate? = SendRate(perSecond: 200, burst: 1000), perApp: SendRate? = SendRate(perSecond: 20_000, burst: 100_000)
+        perUser: SendRate? = SendRate(perSecond: 2_000, burst: 10_000), perApp: SendRate? = SendRate(perSecond: 20_000, burst: 100_000)
     ) {
         self.perUser = perUser
         self.perApp = perApp
@@ -42,6 +43,8 @@ final class TokenBuckets: Sendable {
 
     private let rate: SendRate
     private let buckets = Mutex<[String: Bucket]>([:])
+    /// Buckets kept now (for tests).
+    var count: Int { buckets.withLock { $0.count } }
     /// Past this many entries, full buckets are dropped before a new one is added.
     private static let pruneAbove = 10_000
     /// Rates, bursts and costs beyond this count as this.
@@ -68,7 +71,8 @@ final class TokenBuckets: Sendable {
         return overflow ? (end > start ? .max : 0) : max(difference, 0)
     }
 
-    /// Takes `cost` tokens from `key`'s bucket at `now` (ms); false, taking nothing, when it holds fewer.
+    /// Takes `cost` tokens from `key`'s bucket at `now` (ms) — a cost beyond the burst counts as the burst — or false,
+    /// taking nothing, when it holds fewer.
     func take(_ cost: Int, key: String, now: Int64) -> Bool {
         // Clamped so that no configured rate can overflow the arithmetic below.
         let capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
@@ -79,11 +83,12 @@ final class TokenBuckets: Sendable {
             let (refill, overflow) = Self.elapsed(from: bucket.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
             bucket.milliTokens = overflow ? capacity : min(capacity, bucket.milliTokens + min(refill, capacity))
             bucket.updatedAt = max(now, bucket.updatedAt)
-            guard bucket.milliTokens >= wanted else {
+            // A send larger than the whole burst goes when the bucket is full (it empties it): refused forever otherwise.
+            guard bucket.milliTokens >= min(wanted, capacity) else {
                 table[key] = bucket
                 return false
             }
-            bucket.milliTokens -= wanted
+            bucket.milliTokens -= min(wanted, capacity)
             if table[key] == nil, table.count >= Self.pruneAbove {
                 let full = table.compactMap { key, other in
                     let (refill, overflow) = Self.elapsed(from: other.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
@@ -107,15 +112,17 @@ final class SendLimiter: Sendable {
         perApp = limits.perApp.map(TokenBuckets.init)
     }
 
-    /// Admits a send of `messages` messages, to `deliveries` inboxes in all, by `user` (nil: the app itself), or throws
-    /// `too_many_requests` having taken nothing.
-    func admit(app: Int64, user: String?, messages: Int, deliveries: Int, now: Int64) throws(BeaconError) {
+    /// Takes `deliveries` from the bucket of `user` (nil: the app itself) and from the app's, or throws
+    /// `too_many_requests` having taken nothing. A send starts with one (`deliveries: 1`, before it reads anything, so
+    /// that even refused sends are paced) and takes the rest once its recipients are known.
+    func admit(app: Int64, user: String?, deliveries: Int, now: Int64) throws(BeaconError) {
+        guard deliveries > 0 else { return }
         let userKey = user.map { "\(app)/\($0)" }
-        if let user, let userKey, let perUser, !perUser.take(messages, key: userKey, now: now) {
+        if let user, let userKey, let perUser, !perUser.take(deliveries, key: userKey, now: now) {
             throw BeaconError(.tooManyRequests, "\(user) is sending too fast; slow down")
         }
         if let perApp, !perApp.take(deliveries, key: String(app), now: now) {
-            if let userKey { perUser?.give(messages, key: userKey) }
+            if let userKey { perUser?.give(deliveries, key: userKey) }
             throw BeaconError(.tooManyRequests, "this app is sending too fast; slow down")
         }
     }

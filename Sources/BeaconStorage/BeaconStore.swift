@@ -63,6 +63,8 @@ public protocol BeaconStore: Sendable {
     /// ids. A message that `routesPushes` gets a pending route in the same transaction, so that a crash before its
     /// pushes are decided loses none (`pendingRoutes`, `recordRoute`).
     func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult
+    /// The message ids by target of the send stored under `scope` and `reference` (`SendReceipt`), nil when none was.
+    func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]?
     /// The user's inbox entries after `seq`, oldest first.
     func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry]
     /// The highest sequence number this device has acknowledged (0 for a new device).

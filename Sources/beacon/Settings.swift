@@ -118,17 +118,19 @@ enum Settings {
             to a checked one (`last_error` `refused_address`).
             """)
     static let sendRatePerUser = Setting<Int>(
-        key: "sendRatePerUser", flag: nil, environment: "BEACON_SEND_RATE_PER_USER", defaultValue: 200, defaultText: "`200`",
+        key: "sendRatePerUser", flag: nil, environment: "BEACON_SEND_RATE_PER_USER", defaultValue: 2_000, defaultText: "`2000`",
         meaning: """
-            Messages a second one user may send (user tokens and devices; one per target), with bursts of five times as \
-            many; past it a send gets `429 too_many_requests` and nothing is stored. Counted per node. `0`: no limit.
+            Deliveries a second one user may make (user tokens and devices; one per recipient's inbox, so a message to a \
+            group of 200 counts 200), with bursts of five times as many; past it a send gets `429 too_many_requests` and \
+            nothing is stored (a retry of a stored send is still answered). Counted per node. `0`: no limit.
             """)
     static let sendRatePerApp = Setting<Int>(
         key: "sendRatePerApp", flag: nil, environment: "BEACON_SEND_RATE_PER_APP", defaultValue: 20_000, defaultText: "`20000`",
         meaning: """
             Deliveries a second one app may make in all (every send, app tokens too; one per recipient's inbox, so a group \
             message counts its members), with bursts of five times as many, so that one tenant cannot hold the server's \
-            writer for the others. Counted per node. `0`: no limit.
+            writer for the others (a send larger than a whole burst goes when the bucket is full). Counted per node. `0`: \
+            no limit.
             """)
     static let userGroupMaxUsers = Setting<Int>(
         key: "userGroupMaxUsers", flag: nil, environment: "BEACON_USER_GROUP_MAX_USERS", defaultValue: 200, defaultText: "`200`",

@@ -62,31 +62,48 @@ private let phone = String(repeating: "cd", count: 32)
         }
     }
 
-    /// A device session of a deleted user writes nothing for the next holder of the name: on its node the deletion closes
-    /// it; where its kick did not arrive (here: the user deleted in the store directly, as another node would), a writing
-    /// frame re-checks its token once it was last checked over a second ago, and the session is closed instead.
-    @Test func aDeletedUsersSessionCannotActForTheNextHolderOfTheName() async throws {
+    /// A device session of a deleted user acts for and reads of the next holder of the name nothing: on its node the
+    /// deletion closes it; where its kick did not arrive (here: the user deleted in the store directly, as another node
+    /// would be told late), what it would read or write re-checks its token once it was last checked over a second ago,
+    /// and the session is closed instead.
+    @Test func aDeletedUsersSessionCannotActForOrReadOfTheNextHolderOfTheName() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice", "bob")
-            let device = try await RawDevice.connect(beacon, "alice", device: "phone")
-            _ = try await device.frames.wait { $0.contains { if case .synced = $0 { true } else { false } } }
             let app = try #require(try await beacon.store.app(AppKey(org: "acme", name: "chat")))
-            #expect(try await beacon.store.deleteUser("alice", app: app.id, now: 1))
-            try await beacon.createUsers("alice")
-            try await Task.sleep(for: .milliseconds(1100))  // past the session's re-check interval (a bound, not a race)
-            device.send(#"{"op":"send","id":"s1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"as the new alice"}}"#)
-            device.send(#"{"op":"badge","count":7}"#)
-            let frames = try await device.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
-            #expect(!frames.contains { if case .sent = $0 { true } else { false } })
+            @Sendable func synced(_ frames: [ServerFrame]) -> Bool { frames.contains { if case .synced = $0 { true } else { false } } }
+            @Sendable func kicked(_ frames: [ServerFrame]) -> Bool { frames.contains { if case .closing("kicked") = $0 { true } else { false } } }
+            func recycleAlice() async throws {
+                #expect(try await beacon.store.deleteUser("alice", app: app.id, now: 1))
+                try await beacon.createUsers("alice")
+                try await Task.sleep(for: .milliseconds(1100))  // past the session's re-check interval (a bound, not a race)
+            }
+
+            // Reading: a message for the new alice does not reach the old one's session.
+            let reader = try await RawDevice.connect(beacon, "alice", device: "phone")
+            _ = try await reader.frames.wait(until: synced)
+            try await recycleAlice()
+            #expect(try await beacon.rest("POST", "/messages/users", ["from": "bob", "to": ["alice"], "type": "txt", "body": ["msg": "hers"]]).status == 200)
+            let read = try await reader.frames.wait(until: kicked)
+            #expect(!read.contains { if case .message = $0 { true } else { false } }, "\(read)")
+            await reader.close()
+
+            // Writing: a send and a badge of the old session do nothing.
+            let writer = try await RawDevice.connect(beacon, "alice", device: "pad")
+            _ = try await writer.frames.wait(until: synced)
+            try await recycleAlice()
+            writer.send(#"{"op":"send","id":"s1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"as the new alice"}}"#)
+            writer.send(#"{"op":"badge","count":7}"#)
+            let written = try await writer.frames.wait(until: kicked)
+            #expect(!written.contains { if case .sent = $0 { true } else { false } })
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0")
             #expect(try await beacon.rest("GET", "/users/alice/push/badge").json["data"]?["badge"] != 7)
-            await device.close()
+            await writer.close()
 
             // On its own node, the deletion closes the session at once.
-            let again = try await RawDevice.connect(beacon, "alice", device: "pad")
-            _ = try await again.frames.wait { $0.contains { if case .synced = $0 { true } else { false } } }
+            let again = try await RawDevice.connect(beacon, "alice", device: "tv")
+            _ = try await again.frames.wait(until: synced)
             #expect(try await beacon.rest("DELETE", "/users/alice").status == 200)
-            _ = try await again.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
+            _ = try await again.frames.wait(until: kicked)
             await again.close()
         }
     }
