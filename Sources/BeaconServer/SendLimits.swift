@@ -41,7 +41,10 @@ final class TokenBuckets: Sendable {
         var updatedAt: Int64
     }
 
-    private let rate: SendRate
+    /// The burst and the refill, clamped once so that no configured rate can overflow the arithmetic: thousandths of a
+    /// token, and thousandths per millisecond (= tokens per second).
+    private let capacity: Int64
+    private let refillPerMillisecond: Int64
     private let buckets = Mutex<[String: Bucket]>([:])
     /// Buckets kept now (for tests).
     var count: Int { buckets.withLock { $0.count } }
@@ -51,13 +54,18 @@ final class TokenBuckets: Sendable {
     private static let maxRate = 1_000_000_000
 
     init(rate: SendRate) {
-        self.rate = rate
+        capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
+        refillPerMillisecond = Int64(min(max(rate.perSecond, 0), Self.maxRate))
+    }
+
+    /// A cost in thousandths of a token (negative counts as nothing, beyond `maxRate` as that).
+    private static func milliTokens(_ cost: Int) -> Int64 {
+        Int64(min(max(cost, 0), maxRate)) * 1000
     }
 
     /// Gives back `cost` tokens `take` took (a send refused further on), up to the burst.
     func give(_ cost: Int, key: String) {
-        let capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
-        let returned = Int64(min(max(cost, 0), Self.maxRate)) * 1000
+        let (capacity, returned) = (capacity, Self.milliTokens(cost))
         buckets.withLock { table in
             guard var bucket = table[key] else { return }
             bucket.milliTokens = min(capacity, bucket.milliTokens + returned)
@@ -74,10 +82,7 @@ final class TokenBuckets: Sendable {
     /// Takes `cost` tokens from `key`'s bucket at `now` (ms) — a cost beyond the burst counts as the burst — or false,
     /// taking nothing, when it holds fewer.
     func take(_ cost: Int, key: String, now: Int64) -> Bool {
-        // Clamped so that no configured rate can overflow the arithmetic below.
-        let capacity = Int64(min(max(rate.burst, 1), Self.maxRate)) * 1000
-        let refillPerMillisecond = Int64(min(max(rate.perSecond, 0), Self.maxRate))  // thousandths of a token per ms = tokens per second
-        let wanted = Int64(min(max(cost, 0), Self.maxRate)) * 1000
+        let (capacity, refillPerMillisecond, wanted) = (capacity, refillPerMillisecond, Self.milliTokens(cost))
         return buckets.withLock { table in
             var bucket = table[key] ?? Bucket(milliTokens: capacity, updatedAt: now)
             let (refill, overflow) = Self.elapsed(from: bucket.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
