@@ -28,6 +28,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Tests only: child processes (Foundation's `Process.run()` crashes a process with many descriptors on Linux).
+        .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
     ],
     targets: [
         // Domain rules: ids, messages, validation, errors. No I/O.
@@ -130,7 +132,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         // What several test targets share: running a child program without blocking the cooperative pool.
-        .target(name: "BeaconTestSupport", path: "Tests/BeaconTestSupport"),
+        .target(name: "BeaconTestSupport", dependencies: [.product(name: "Subprocess", package: "swift-subprocess")], path: "Tests/BeaconTestSupport"),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: [

@@ -197,7 +197,7 @@ import FoundationNetworking
             #expect(created.status == 0)
             let old = try json(created.output)
             let clientID = try #require(old["client_id"])
-            let server = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+            let server = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             defer { Task { await server.stop() } }
             let ready = try await server.line(containing: "Beacon listening on http://")
             let port = try #require(ready.split(separator: ":").last.map { $0.filter(\.isNumber) }.flatMap { Int($0) })

@@ -172,7 +172,7 @@ import Testing
 
     /// `beacon app create`, as an operator runs it.
     static func createApp(_ data: URL, environment: [String: String] = [:]) async throws -> (id: String, secret: String) {
-        let create = try BeaconProcess(["app", "create", "acme/chat", "--json", "--data-dir", data.path], environment: environment)
+        let create = try await BeaconProcess(["app", "create", "acme/chat", "--json", "--data-dir", data.path], environment: environment)
         let line = try await create.line(containing: "client_secret")
         _ = await create.exitStatus(within: .seconds(30))
         let json = try JSONDecoder().decode([String: String].self, from: Data(line.utf8))

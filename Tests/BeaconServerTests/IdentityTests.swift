@@ -113,17 +113,17 @@ private let phone = String(repeating: "cd", count: 32)
     @Test func aSecondServerOnTheSameEmbeddedDatabaseRefusesToStart() async throws {
         try await withTemporaryDirectory { directory in
             let data = directory.appendingPathComponent("data").path
-            let first = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+            let first = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             _ = try await first.line(containing: "Beacon listening on")
 
-            let second = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+            let second = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             _ = try await second.line(containing: "another beacon serve")
             let status = await second.exitStatus(within: .seconds(30))
             #expect(status != nil && status != 0)
             // Through a link to the same file, too.
             let link = directory.appendingPathComponent("link.sqlite").path
             try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: data + "/beacon.sqlite")
-            let linked = try BeaconProcess(["serve", "--port", "0", "--data-dir", data, "--database", "sqlite:" + link])
+            let linked = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data, "--database", "sqlite:" + link])
             _ = try await linked.line(containing: "another beacon serve")
             #expect(await linked.exitStatus(within: .seconds(30)).map { $0 != 0 } == true)
 
@@ -134,7 +134,7 @@ private let phone = String(repeating: "cd", count: 32)
 
             first.signal(SIGKILL)
             #expect(await first.exitStatus(within: .seconds(30)) != nil)
-            let third = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+            let third = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             _ = try await third.line(containing: "Beacon listening on")
             await third.stop()
         }

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTestSupport
 import Foundation
 import Testing
 
@@ -24,15 +25,11 @@ struct PostgresRestartTests {
             #expect(try await send("before") == 200)
             _ = try await bob.messages.wait { $0.count >= 1 }
 
-            // The restarted postmaster outlives the command: it must not inherit this process's descriptors (Foundation
-            // watches a pipe to learn that its child ended, and would wait for the postmaster too).
-            let closeInherited = #"for fd in $(ls /proc/$$/fd); do if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi; done 2>/dev/null; "#
-            let restart = Process()
-            restart.executableURL = URL(fileURLWithPath: "/bin/bash")
-            restart.arguments = ["-c", closeInherited + (try #require(restartCommand)) + " >/dev/null 2>&1"]
-            try restart.run()
-            for _ in 0..<1200 where restart.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-            #expect(!restart.isRunning && restart.terminationStatus == 0)
+            // The restarted postmaster outlives the command; it inherits none of this process's descriptors (swift-subprocess
+            // closes them in the child).
+            let restart = try await runToExit(
+                URL(fileURLWithPath: "/bin/bash"), ["-c", (try #require(restartCommand)) + " >/dev/null 2>&1"], timeout: .seconds(60))
+            #expect(restart.status == 0)
 
             // The pools reconnect: a send succeeds again within a bounded time.
             var status = 0

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconProtocol
+import BeaconTestSupport
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -11,7 +12,7 @@ import FoundationNetworking
 
 /// The `beacon` executable run as a child process, as an operator runs it: its output is kept line by line.
 final class BeaconProcess: Sendable {
-    let process: Process
+    let child: ChildProcess
     let lines: Collector<String>
 
     /// `beacon` beside the test bundle (`swift test` builds every product of the package).
@@ -19,37 +20,9 @@ final class BeaconProcess: Sendable {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon")
     }
 
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        let (lines, sink) = AsyncStream.makeStream(of: String.self)
-        let pending = Mutex(Data())
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let chunk = handle.availableData
-            guard !chunk.isEmpty else {
-                handle.readabilityHandler = nil
-                sink.finish()
-                return
-            }
-            let complete = pending.withLock { buffer -> [String] in
-                buffer.append(chunk)
-                var found: [String] = []
-                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                    found.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
-                    buffer.removeSubrange(buffer.startIndex...newline)
-                }
-                return found
-            }
-            for line in complete { sink.yield(line) }
-        }
-        self.process = process
-        self.lines = Collector(lines)
-        try process.run()
+    init(_ arguments: [String], environment: [String: String] = [:]) async throws {
+        child = try await ChildProcess(Self.executable, arguments, environment: environment)
+        lines = Collector(child.lines)
     }
 
     /// Waits for a line containing `marker`; returns it.
@@ -59,20 +32,17 @@ final class BeaconProcess: Sendable {
     }
 
     func signal(_ signal: Int32) {
-        kill(process.processIdentifier, signal)
+        child.signal(signal)
     }
 
     /// Waits (bounded) for the process to end; its exit status, or nil if it is still running.
     func exitStatus(within timeout: Duration) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
+        await child.exitStatus(within: timeout)
     }
 
     /// Ends the process if it still runs (tests clean up after themselves).
     func stop() async {
-        if process.isRunning { signal(SIGKILL) }
-        _ = await exitStatus(within: .seconds(10))
+        await child.stop()
     }
 }
 
@@ -85,7 +55,7 @@ struct SimulatorProcess: Sendable {
 
     static func start(in directory: URL) async throws -> SimulatorProcess {
         let caFile = directory.appendingPathComponent("apns-ca.pem").path
-        let process = try BeaconProcess(["apns-sim", "--port", "0", "--control-port", "0", "--ca-out", caFile])
+        let process = try await BeaconProcess(["apns-sim", "--port", "0", "--control-port", "0", "--ca-out", caFile])
         let ready = try await process.line(containing: "\"control_url\"")
         let json = try JSONDecoder().decode([String: String].self, from: Data(ready.utf8))
         guard let apns = json["apns_url"], let control = json["control_url"].flatMap(URL.init(string:)) else {
@@ -110,7 +80,7 @@ struct ServerProcess: Sendable {
     static func start(dataDirectory: URL, simulator: SimulatorProcess, extra: [String] = [], environment: [String: String] = [:])
         async throws -> ServerProcess
     {
-        let process = try BeaconProcess(
+        let process = try await BeaconProcess(
             ["serve", "--port", "0", "--data-dir", dataDirectory.path, "--apns-endpoint", simulator.apnsURL, "--apns-ca", simulator.caFile] + extra,
             environment: environment.merging(["BEACON_LOG_LEVEL": "notice"]) { first, _ in first })
         let ready = try await process.line(containing: "Beacon listening on http://")

@@ -123,11 +123,11 @@ import Testing
         }
 
         // Refused beside a running server.
-        let server = try BeaconProcess(["serve", "--port", "0", "--data-dir", data])
+        let server = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
         _ = try await server.line(containing: "Beacon listening on")
         #expect(try await rotate().0 != 0)
         #expect(!FileManager.default.fileExists(atPath: newKeyFile))
-        server.process.terminate()
+        server.signal(SIGTERM)
         #expect(await server.exitStatus(within: .seconds(30)) != nil)
 
         let (status, output) = try await rotate()

@@ -1,4 +1,17 @@
 import Foundation
+import Subprocess
+import Synchronization
+
+#if canImport(System)
+import System
+#else
+import SystemPackage
+#endif
+
+// Children are started with swift-subprocess, not Foundation's `Process`: on Linux `Process.run()` reads past the end of a
+// `/proc/self/fd` entry (swift-corelibs-foundation #5472, in Swift 6.3.1) and crashes a process holding a thousand or so
+// descriptors — which a test run does (seen: SIGSEGV in `__memmove_avx_unaligned_erms` under `Process.run()`).
+// swift-subprocess also waits for its children without parking a thread of Swift's cooperative pool.
 
 /// What a program printed on its standard output and how it ended.
 public struct ChildProcessResult: Sendable {
@@ -6,46 +19,119 @@ public struct ChildProcessResult: Sendable {
     public var output: Data
 }
 
-/// Runs a program to its end without blocking a thread of Swift's cooperative pool.
-///
-/// `Process.waitUntilExit()` and reading a pipe to its end both block the calling thread, and on Linux
-/// `waitUntilExit()` called off the main thread can miss the child's end and park that thread for good: with two cores the
-/// pool has two threads, so two such waits stop every test of the run. Here the end is reported by `terminationHandler`
-/// (set before the child starts, so a quick exit is not missed) and the output goes to a file read afterwards.
+/// Runs a program to its end; ends it (SIGTERM, then SIGKILL) when it still runs after `timeout`.
 public func runToExit(
     _ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Duration = .seconds(60)
 ) async throws -> ChildProcessResult {
-    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("child-output-\(UUID().uuidString)")
-    guard FileManager.default.createFile(atPath: outputFile.path, contents: nil) else {
-        throw ChildProcessError("cannot create \(outputFile.path)")
-    }
-    defer { try? FileManager.default.removeItem(at: outputFile) }
-    let output = try FileHandle(forWritingTo: outputFile)
-    defer { try? output.close() }
-
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = directory }
-    process.standardOutput = output
-    let (ended, end) = AsyncStream.makeStream(of: Int32.self, bufferingPolicy: .bufferingNewest(1))
-    process.terminationHandler = { end.yield($0.terminationStatus) }
-    try process.run()
-    let status = await withTaskGroup(of: Int32?.self) { group in
-        group.addTask { await ended.first { _ in true } }
+    try await withThrowingTaskGroup(of: ChildProcessResult.self) { group in
         group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
+            let result = try await Subprocess.run(
+                .path(FilePath(executable.path)), arguments: Arguments(arguments),
+                workingDirectory: directory.map { FilePath($0.path) }, output: .bytes(limit: 64 << 20), error: .discarded)
+            return ChildProcessResult(status: result.terminationStatus.code, output: Data(result.standardOutput))
         }
-        let first = await group.next() ?? nil
-        group.cancelAll()
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw ChildProcessError("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after \(timeout)")
+        }
+        defer { group.cancelAll() }  // cancelled, a child that still runs is ended
+        guard let first = try await group.next() else { throw CancellationError() }
         return first
     }
-    guard let status else {
-        process.terminate()
-        throw ChildProcessError("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after \(timeout)")
+}
+
+/// A program running beside the test: its standard output and error, line by line, signals, and its end.
+public final class ChildProcess: Sendable {
+    /// Every line the program prints (standard output and error together), until it ends.
+    public let lines: AsyncStream<String>
+    private let signals: AsyncStream<Int32>.Continuation
+    /// The program's exit status once it ended (the signal's number when a signal ended it; -1 when it could not be
+    /// waited for).
+    private let status = EndStatus()
+
+    /// Starts `executable`; returns once it runs (throws when it cannot be started).
+    public init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:]) async throws {
+        let (lines, lineSink) = AsyncStream.makeStream(of: String.self)
+        let (signals, signalSink) = AsyncStream.makeStream(of: Int32.self)
+        let (started, start) = AsyncStream.makeStream(of: (any Error)?.self, bufferingPolicy: .bufferingNewest(1))
+        let variables = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let status = self.status
+        Task {
+            var code: Int32 = -1
+            defer {
+                lineSink.finish()
+                status.value.withLock { $0 = code }
+            }
+            do {
+                let result = try await Subprocess.run(
+                    .path(FilePath(executable.path)), arguments: Arguments(arguments),
+                    environment: .custom(variables.map { Array("\($0.key)=\($0.value)\0".utf8) }),
+                    input: .none, output: .sequence, error: .combinedWithOutput
+                ) { execution in
+                    start.yield(nil)
+                    // The execution is valid only here: signals asked for are sent from here, while the program runs.
+                    await withTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            for await signal in signals { try? execution.send(signal: Signal(rawValue: signal)) }
+                        }
+                        do {
+                            for try await line in execution.standardOutput.strings() { lineSink.yield(line) }
+                        } catch {
+                            lineSink.yield("(output unreadable: \(error))")
+                        }
+                        group.cancelAll()
+                    }
+                }
+                code = result.terminationStatus.code
+            } catch {
+                start.yield(error)
+            }
+        }
+        self.lines = lines
+        self.signals = signalSink
+        if case .some(.some(let failure)) = await started.first(where: { _ in true }) { throw failure }
     }
-    return ChildProcessResult(status: status, output: try Data(contentsOf: outputFile))
+
+    deinit {
+        // A test that ends without stopping its child does not leave it running.
+        signals.yield(SIGKILL)
+    }
+
+    /// Sends `signal` to the program, unless it has ended.
+    public func signal(_ signal: Int32) {
+        signals.yield(signal)
+    }
+
+    /// Waits (bounded) for the program to end; its exit status, or nil if it still runs.
+    public func exitStatus(within timeout: Duration) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return status.value.withLock { $0 }
+    }
+
+    /// Whether the program still runs.
+    public var isRunning: Bool { status.value.withLock { $0 == nil } }
+
+    /// Ends the program if it still runs, and waits (bounded) for its end.
+    public func stop() async {
+        signal(SIGKILL)
+        _ = await exitStatus(within: .seconds(10))
+    }
+}
+
+/// A child's exit status, shared with the task that waits for it.
+private final class EndStatus: Sendable {
+    let value = Mutex<Int32?>(nil)
+}
+
+extension TerminationStatus {
+    /// The exit code, or the number of the signal that ended the program.
+    var code: Int32 {
+        switch self {
+        case .exited(let code): code
+        case .signaled(let signal): signal
+        }
+    }
 }
 
 /// A child program that could not be run to its end.
