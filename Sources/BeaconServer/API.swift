@@ -7,26 +7,7 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// Who is calling a REST endpoint.
-enum Caller: Sendable, Equatable {
-    /// An app token: may act on anything in its app.
-    case app
-    /// A user token: may act only on that user's own resources.
-    case user(String)
-
-    func requireApp() throws {
-        guard self == .app else { throw BeaconError(.forbidden, "this operation needs an app token") }
-    }
-
-    /// Allows the app, or the user acting on themself.
-    func requireSelfOrApp(_ username: String) throws {
-        if case .user(let name) = self, name != username {
-            throw BeaconError(.forbidden, "a user token may only act on its own user")
-        }
-    }
-}
-
-/// Shared pieces of the REST handlers: app lookup, authentication, body decoding, Easemob envelopes.
+/// Shared pieces of the REST handlers: app lookup, body decoding, Easemob envelopes (authentication: `Authentication.swift`).
 struct API: Sendable {
     let store: any BeaconStore
     let tokens: TokenIssuer
@@ -46,13 +27,12 @@ struct API: Sendable {
     }
 
     /// Where `request` comes from (the client's address and scheme), as `proxies` decides: the one place that does.
-    func origin(of request: Request, context: some RequestContext) -> ClientOrigin {
+    func origin(of request: Request, context: BeaconRequestContext) -> ClientOrigin {
         proxies.origin(of: request, context: context)
     }
 
-    /// The app named by the `:org/:app` path parameters.
-    func app(_ context: some RequestContext) async throws -> AppRecord {
-        let key = AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app"))
+    /// The app named `key` (its cached copy, at most `AppCache.lifetime` old).
+    func app(named key: AppKey) async throws -> AppRecord {
         let now = clock()
         if let app = apps.get(key, now: now) { return app }
         guard let app = try await store.app(key) else {
@@ -77,43 +57,6 @@ struct API: Sendable {
         let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, now: now)
         apps.put(rotated, now: now)
         return credentials
-    }
-
-    /// Authenticates the bearer token (header, or `access_token` query parameter for browsers' WebSockets), else a
-    /// console session's cookie (`Console`).
-    func caller(_ request: Request, app: AppRecord) async throws -> Caller {
-        try await authenticate(request, app: app).caller
-    }
-
-    /// The caller and, for a user token, the user it was issued to (the account that holds the name now).
-    func authenticate(_ request: Request, app: AppRecord) async throws -> (caller: Caller, user: UserRecord?) {
-        let header = request.headers[.authorization].flatMap { value -> String? in
-            let parts = value.split(separator: " ", maxSplits: 1)
-            return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
-        }
-        guard let token = header ?? request.uri.queryParameters.get("access_token") else {
-            if let console = try await consoleCaller(request, app: app) { return (console, nil) }
-            throw BeaconError(.unauthorized, "missing bearer token")
-        }
-        guard let claims = tokens.verify(token, now: clock()), claims.app == app.id else {
-            throw BeaconError(.badAccessToken, "the token is invalid, expired or not for this app")
-        }
-        guard let username = claims.user else {
-            // An app token of a rotated client secret opens nothing. The cached copy of the app may be up to
-            // `AppCache.lifetime` old: a token it refuses (issued for a secret rotated on another node, or by the CLI)
-            // is checked again against the app as stored.
-            if !claims.isCurrent(for: app) {
-                guard let current = try await currentApp(app), claims.isCurrent(for: current) else {
-                    throw BeaconError(.badAccessToken, "the token was revoked (the app's client secret was rotated); get a new one")
-                }
-            }
-            return (.app, nil)
-        }
-        // A deleted user's tokens do not open an account created later under the same name (another uuid).
-        guard let user = try await store.user(username, app: app.id), claims.uid == user.uuid, claims.iat >= user.tokensValidAfter else {
-            throw BeaconError(.badAccessToken, "the token was revoked; log in again")
-        }
-        return (.user(username), user)
     }
 
     func body<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {

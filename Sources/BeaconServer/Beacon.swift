@@ -241,31 +241,30 @@ public struct BeaconServer: Sendable {
         router.add(middleware: RequestLogMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: routes))
-        func get(_ path: String, _ handler: @escaping @Sendable (Request, BeaconRequestContext) async throws -> Response) {
-            router.get(RouterPath(path), use: handler)
-            routes.add(.get, path)
-        }
-        get("/health") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok")))
-        }
-        get("/ready") { [store, pushWorker, switchboard] _, _ in
-            await Self.readiness(store: store, pushWorker: pushWorker, cluster: switchboard.link)
-        }
-        get("/metrics") { [store, metrics, configuration] _, _ in
-            Response(
-                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(string: await metrics.render(store: store, now: configuration.clock()))))
-        }
-        get("/openapi.json") { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_json)))
-        }
-        Console(api: api).register(on: router, table: routes)
-        Routes(
-            api: api, messages: messages, reads: reads, switchboard: switchboard, cursors: cursors, pushConfigs: pushConfigs,
-            tokenLifetimeSeconds: configuration.tokenLifetimeSeconds, userGroupMaxUsers: configuration.userGroupMaxUsers,
-            passwordHashRounds: configuration.passwordHashRounds, logins: logins, onPushConfiguration: configuration.onPushConfiguration,
-            webhookPrivateTargets: configuration.webhookPrivateTargets)
+        OperationalRoutes(store: store, pushWorker: pushWorker, cluster: switchboard.link, metrics: metrics, clock: configuration.clock)
             .register(on: router, table: routes)
+        Console(api: api).register(on: router, table: routes)
+        let app = AppRoutes(on: router, table: routes, api: api)
+        let collections: [any AppRouteCollection] = [
+            TokenRoutes(
+                api: api, tokenLifetimeSeconds: configuration.tokenLifetimeSeconds, passwordHashRounds: configuration.passwordHashRounds,
+                logins: logins),
+            UserRoutes(api: api, switchboard: switchboard, cursors: cursors, passwordHashRounds: configuration.passwordHashRounds),
+            PresenceRoutes(api: api, switchboard: switchboard),
+            GroupRoutes(api: api, messages: messages, userGroupMaxUsers: configuration.userGroupMaxUsers),
+            MessageRoutes(api: api, messages: messages),
+            PushCertificateRoutes(api: api, pushConfigs: pushConfigs, onPushConfiguration: configuration.onPushConfiguration),
+            BindingRoutes(api: api),
+            DeliveryRoutes(api: api),
+            TestPushRoutes(api: api, messages: messages, pushEnabled: pushConfigs != nil),
+            ActivityRoutes(api: api, switchboard: switchboard),
+            SettingsRoutes(api: api),
+            TemplateRoutes(api: api),
+            ReadRoutes(api: api, reads: reads),
+            WebhookRoutes(api: api, box: pushConfigs?.box, privateTargets: configuration.webhookPrivateTargets),
+            CredentialRoutes(api: api),
+        ]
+        for collection in collections { collection.register(on: app) }
         return router
     }
 
@@ -318,44 +317,12 @@ public struct BeaconServer: Sendable {
         )
     }
 
-    /// `GET /ready`: 200 when the store answers within `storeReadTimeout` with no migration of this version pending,
-    /// the push worker's loop runs and is not stuck (when push is on), and, on several nodes, this node's heartbeats
-    /// keep it safely alive; else 503. The body names each check.
-    static func readiness(store: any BeaconStore, pushWorker: PushWorker?, cluster: ClusterLink?) async -> Response {
-        var checks: [String: String] = [:]
-        var ready = true
-        do {
-            let pending = try await withTimeout(BeaconMetrics.storeReadTimeout) { try await store.pendingMigrations() }
-            checks["store"] = "ok"
-            // Another node of a newer version may have migrated further; this one misses nothing it needs.
-            checks["migrations"] = pending.isEmpty ? "done" : "pending: \(pending.joined(separator: ", "))"
-            ready = pending.isEmpty
-        } catch {
-            checks["store"] = error is TimedOut ? "timeout" : "unreachable"
-            checks["migrations"] = "unknown"
-            ready = false
-        }
-        if let pushWorker {
-            let health = pushWorker.health
-            checks["push_worker"] = health.rawValue
-            ready = ready && health == .running
-        } else {
-            checks["push_worker"] = "off"
-        }
-        if let cluster {
-            checks["cluster"] = cluster.isSafelyAlive ? "alive" : "heartbeat_late"
-            ready = ready && cluster.isSafelyAlive
-        }
-        checks["status"] = ready ? "ready" : "not_ready"
-        return API.json(checks, status: ready ? .ok : .serviceUnavailable)
-    }
-
     /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter. (Not inlined:
     /// its locals would stay in the frame of the upgrade's handler, suspended for the connection's whole life.)
     @inline(never)
-    private func authenticateDevice(_ request: Request, _ context: some RequestContext) async throws -> (AppRecord, UserIdentity, String) {
-        let app = try await api.app(context)
-        let (_, user) = try await api.authenticate(request, app: app)
+    private func authenticateDevice(_ request: Request, _ context: BeaconRequestContext) async throws -> (AppRecord, UserIdentity, String) {
+        let app = try await api.app(named: AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app")))
+        let user = try await api.identify(request, app: app).user
         guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
             throw BeaconError.illegal("device_id (1-128 bytes) is required")
         }

@@ -254,9 +254,9 @@ public struct TrustedProxies: Sendable, Equatable, CustomStringConvertible {
     static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
 
     /// The origin of `request`, which came over `context`'s connection.
-    func origin(of request: Request, context: some RequestContext) -> ClientOrigin {
+    func origin(of request: Request, context: BeaconRequestContext) -> ClientOrigin {
         origin(
-            peer: (context as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress,
+            peer: context.remoteAddress?.ipAddress,
             forwardedFor: request.headers[values: Self.forwardedFor], forwardedProto: request.headers[values: Self.forwardedProto])
     }
 }

@@ -1,20 +1,27 @@
 import BeaconCore
 import BeaconProtocol
+import BeaconStorage
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdAuth
 import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOHTTPTypes
 import Synchronization
 
-/// The context of every Beacon request, HTTP or WebSocket upgrade: Hummingbird's, plus the channel (for the peer's
-/// address, used to rate-limit logins, and to answer refused upgrades).
-struct BeaconRequestContext: RequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
+/// The context of every Beacon request, HTTP or WebSocket upgrade: Hummingbird's, the channel (for the peer's address,
+/// used to rate-limit logins, and to answer refused upgrades), and, under `/{org}/{app}`, the app and who calls
+/// (`Authentication.swift`).
+struct BeaconRequestContext: AuthRequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
     let webSocket: WebSocketHandlerReference<Self>
     let channel: any Channel
+    /// The app the path names, set by `AppResolver` (read it as `app`).
+    var pathApp: AppRecord?
+    /// The caller, set by the authenticators (read it as `caller`, `requireApp()`, `requireSelfOrApp(_:)`).
+    var identity: RequestIdentity?
 
     var remoteAddress: SocketAddress? { channel.remoteAddress }
 

@@ -9,10 +9,14 @@ import Hummingbird
 /// (push queue, worker, APNs, delivery record, webhook) under an id of its own, so that the answer can be looked up in
 /// `GET /push/deliveries?message_id=` like any other. A test push ignores the receiver's push settings (do not disturb,
 /// push nothing); its webhook event and metrics count it as a push whose message id names no message.
-struct TestPushRoutes {
+struct TestPushRoutes: AppRouteCollection {
     let api: API
     let messages: MessageService
     let pushEnabled: Bool
+
+    func register(on routes: AppRoutes) {
+        routes.add(.post, "push/test", .app, send)
+    }
 
     struct TestPushRequest: Decodable {
         /// Whose devices (or give `deviceToken`).
@@ -44,9 +48,8 @@ struct TestPushRoutes {
 
     static let maxTextBytes = 1000
 
-    @Sendable func send(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func send(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         guard pushEnabled, let router = messages.router else {
             throw BeaconError.illegal("push is not enabled on this server (no secret key configured)")
         }

@@ -5,9 +5,13 @@ import Hummingbird
 
 /// `GET /{org}/{app}/stats`: what the console's overview shows — users, devices online now, messages and push outcomes
 /// in the last hour and day, and push certificates that expire within 30 days.
-struct ActivityRoutes {
+struct ActivityRoutes: AppRouteCollection {
     let api: API
     let switchboard: Switchboard
+
+    func register(on routes: AppRoutes) {
+        routes.add(.get, "stats", .app, stats)
+    }
 
     struct Window: Codable, Sendable {
         /// Where the window starts (ms since 1970): `GET /push/deliveries?since=` lists its records.
@@ -47,9 +51,8 @@ struct ActivityRoutes {
     static let hour: Int64 = 3600 * 1000
     static let expiryWarning: Int64 = 30 * 24 * hour
 
-    @Sendable func stats(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func stats(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         let now = api.clock()
         func window(_ activity: AppActivity, since: Int64) -> Window {
             Window(since: since, messages: activity.messages, pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })

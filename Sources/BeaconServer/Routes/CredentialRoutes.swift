@@ -4,8 +4,12 @@ import Hummingbird
 
 /// The app's own credentials: `POST /{org}/{app}/credentials/rotate`, the console's "Rotate client secret" (Beacon's
 /// own, not an Easemob endpoint; `beacon app rotate-secret` does the same from the command line).
-struct CredentialRoutes {
+struct CredentialRoutes: AppRouteCollection {
     let api: API
+
+    func register(on routes: AppRoutes) {
+        routes.add(.post, "credentials/rotate", .app, rotate)
+    }
 
     /// The body: the secret being replaced, which the caller must know — an app token or a console session alone (either
     /// may have leaked, and both end) cannot turn itself into a secret that never expires.
@@ -21,9 +25,8 @@ struct CredentialRoutes {
     /// the old secret opened ends: app tokens issued until now are refused, every console session of the app ends (the
     /// caller's too: its cookie is cleared), and the old secret obtains nothing more. Needs an app caller that also gives
     /// the current secret (`invalid_grant` otherwise).
-    @Sendable func rotate(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func rotate(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         let body = try await api.bodyIfPresent(Body.self, from: request)
         guard let secret = body?.clientSecret, secret.utf8.count <= 1024, let current = try await api.currentApp(app),
             Credentials.hashSecret(secret) == current.clientSecretHash

@@ -5,10 +5,15 @@ import Hummingbird
 /// A user's devices: those connected now, on every node (Easemob's `GET …/users/{username}/resources`), every device
 /// seen with when (`GET …/users/{username}/devices`), and closing one device's connection
 /// (`DELETE …/users/{username}/disconnect/{device_id}`, Easemob's forced logout of one device).
-struct PresenceRoutes {
+struct PresenceRoutes: AppRouteCollection {
     let api: API
     let switchboard: Switchboard
-    let ownUser: @Sendable (Request, any RequestContext) async throws -> (AppRecord, UserRecord)
+
+    func register(on routes: AppRoutes) {
+        routes.add(.delete, "users/:username/disconnect/:device_id", .caller, disconnectDevice)
+        routes.add(.get, "users/:username/resources", .caller, resources)
+        routes.add(.get, "users/:username/devices", .caller, devices)
+    }
 
     struct Resource: Codable, Sendable {
         /// The device id the client connected with (Easemob's resource).
@@ -29,14 +34,14 @@ struct PresenceRoutes {
         }
     }
 
-    @Sendable func resources(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let (app, user) = try await ownUser(request, context)
+    @Sendable func resources(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let (app, user) = try await api.pathUser(context)
         let entities = try await online(user, app: app).sorted().map { Resource(res: $0) }
         return api.respond(request, app: app, action: "get", entities: entities, count: entities.count)
     }
 
-    @Sendable func devices(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let (app, user) = try await ownUser(request, context)
+    @Sendable func devices(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let (app, user) = try await api.pathUser(context)
         let online = try await online(user, app: app)
         var devices: [String: DeviceView] = [:]
         for seen in try await api.store.devices(of: user.username, app: app.id) {
@@ -52,8 +57,8 @@ struct PresenceRoutes {
     /// Closes the device's connection, wherever it is (`closing` `kicked`); its tokens stay valid, so a client that
     /// insists may connect again (`…/disconnect` without a device logs the user out everywhere instead).
     /// `data.result`: whether the device was connected.
-    @Sendable func disconnectDevice(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let (app, user) = try await ownUser(request, context)
+    @Sendable func disconnectDevice(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let (app, user) = try await api.pathUser(context)
         let deviceID = try context.parameters.require("device_id")
         let wasOnline = try await online(user, app: app).contains(deviceID)
         await switchboard.disconnect(DeviceKey(app: app.id, username: user.username, deviceID: deviceID), reason: "kicked")

@@ -4,7 +4,7 @@ import Foundation
 import Hummingbird
 
 /// `PUT`, `GET`, `DELETE /{org}/{app}/push/webhook`: the app's push-result webhook (app token only).
-struct WebhookRoutes {
+struct WebhookRoutes: AppRouteCollection {
     let api: API
     /// Seals the webhook secret; nil when push is off (no secret key).
     let box: SecretBox?
@@ -12,6 +12,12 @@ struct WebhookRoutes {
     let privateTargets: Bool
 
     var store: any BeaconStore { api.store }
+
+    func register(on routes: AppRoutes) {
+        routes.add(.put, "push/webhook", .app, put)
+        routes.add(.get, "push/webhook", .app, get)
+        routes.add(.delete, "push/webhook", .app, delete)
+    }
 
     struct Body: Decodable {
         var url: String
@@ -50,9 +56,8 @@ struct WebhookRoutes {
     static let maxURLBytes = 2048
     static let secretBytes = 16...256
 
-    @Sendable func put(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func put(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         guard let box else { throw BeaconError.illegal("push is not enabled on this server (no secret key configured)") }
         let body = try await api.body(Body.self, from: request)
         guard body.url.utf8.count <= Self.maxURLBytes, let url = URL(string: body.url), ["http", "https"].contains(url.scheme?.lowercased()),
@@ -68,15 +73,13 @@ struct WebhookRoutes {
         return api.respond(request, app: app, action: "put", data: View(try await current(app)))
     }
 
-    @Sendable func get(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func get(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         return api.respond(request, app: app, action: "get", data: View(try await current(app)))
     }
 
-    @Sendable func delete(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func delete(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         guard let previous = try await store.setWebhook(nil, app: app.id, now: api.clock()) else { throw Self.notFound }
         return api.respond(request, app: app, action: "delete", data: View(previous))
     }

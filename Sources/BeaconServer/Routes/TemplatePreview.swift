@@ -6,9 +6,8 @@ import Hummingbird
 /// Listing templates, and previewing one: the console's template editor.
 extension TemplateRoutes {
     /// `GET /notification/template`: every template of the app, by name.
-    @Sendable func list(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func list(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         let views = try await store.templates(app: app.id).sorted { $0.name < $1.name }.map(view)
         return api.respond(request, app: app, action: "get", entities: views, count: views.count)
     }
@@ -41,9 +40,8 @@ extension TemplateRoutes {
     /// `POST /notification/template_preview`: renders patterns with sample arguments through `PayloadBuilder`, the code
     /// every push goes through, as a message naming the template in `em_push_template` would be. (Not under
     /// `notification/template/`: `preview` is a valid template name there.)
-    @Sendable func preview(_ request: Request, _ context: some RequestContext) async throws -> Response {
-        let app = try await api.app(context)
-        try await api.caller(request, app: app).requireApp()
+    @Sendable func preview(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
         let body = try await api.body(PreviewRequest.self, from: request)
         try PushTemplate.validate(pattern: body.titlePattern, field: "title_pattern")
         try PushTemplate.validate(pattern: body.contentPattern, field: "content_pattern")

@@ -10,7 +10,7 @@ import Hummingbird
 ///
 /// Signing in with the app's client credentials (what `POST /{org}/{app}/token` takes) opens a session: a random id in an
 /// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a trusted TLS proxy), of which the store keeps only a digest. The REST
-/// API takes that cookie as it takes an app token (`API.caller`), with no other rights; every request made with it must
+/// API takes that cookie as it takes an app token (`ConsoleSessionAuthenticator`), with no other rights; every request made with it must
 /// also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime`, at sign-out, when the app's client secret is rotated
 /// (`CredentialRoutes`, `beacon app rotate-secret`) or at `beacon rotate-key`.
 struct Console {
@@ -26,17 +26,13 @@ struct Console {
 
     /// The console's pages, and its session endpoints.
     func register(on router: Router<BeaconRequestContext>, table: RouteTable) {
-        func add(_ method: HTTPRequest.Method, _ path: String, _ handler: @escaping @Sendable (Request, BeaconRequestContext) async throws -> Response) {
-            router.on(RouterPath(path), method: method, use: handler)
-            table.add(method, path)
-        }
         // Hummingbird matches `/console` and `/console/` alike; the page names its script and style sheet absolutely.
-        add(.get, "/console") { _, _ in Self.asset(PackageResources.index_html, type: "text/html; charset=utf-8") }
-        add(.get, "/console/console.js") { _, _ in Self.asset(PackageResources.console_js, type: "text/javascript; charset=utf-8") }
-        add(.get, "/console/console.css") { _, _ in Self.asset(PackageResources.console_css, type: "text/css; charset=utf-8") }
-        add(.post, "/console/session", signIn)
-        add(.get, "/console/session", currentSession)
-        add(.delete, "/console/session", signOut)
+        table.add(.get, "/console", on: router) { _, _ in Self.asset(PackageResources.index_html, type: "text/html; charset=utf-8") }
+        table.add(.get, "/console/console.js", on: router) { _, _ in Self.asset(PackageResources.console_js, type: "text/javascript; charset=utf-8") }
+        table.add(.get, "/console/console.css", on: router) { _, _ in Self.asset(PackageResources.console_css, type: "text/css; charset=utf-8") }
+        table.add(.post, "/console/session", on: router, signIn)
+        table.add(.get, "/console/session", on: router, currentSession)
+        table.add(.delete, "/console/session", on: router, signOut)
     }
 
     /// A page or script, with headers that keep it from being framed or fed foreign scripts.
@@ -72,7 +68,7 @@ struct Console {
         }
     }
 
-    @Sendable func signIn(_ request: Request, _ context: some RequestContext) async throws -> Response {
+    @Sendable func signIn(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         // JSON only: a form on another site can post text/plain that parses as JSON, and would sign the browser in to the
         // attacker's app (a request with a JSON type from another site needs CORS, which Beacon never grants).
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
@@ -105,7 +101,7 @@ struct Console {
         return response
     }
 
-    @Sendable func currentSession(_ request: Request, _ context: some RequestContext) async throws -> Response {
+    @Sendable func currentSession(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (id, session) = try await requireSession(request)
         guard let app = try await api.store.app(id: session.app) else { throw BeaconError(.unauthorized, "not signed in") }
         return Self.private(SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
@@ -118,7 +114,7 @@ struct Console {
         return response
     }
 
-    @Sendable func signOut(_ request: Request, _ context: some RequestContext) async throws -> Response {
+    @Sendable func signOut(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (id, _) = try await requireSession(request)
         try Self.checkCSRF(request, sessionID: id)
         _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: id))
@@ -183,19 +179,5 @@ struct Console {
     /// is ignored).
     static func cookie(_ value: String, secure: Bool, maxAge: Int) -> Cookie {
         Cookie(name: cookieName, value: value, maxAge: maxAge, path: "/", secure: secure, httpOnly: true, sameSite: .strict)
-    }
-}
-
-extension API {
-    /// The console session in the request's cookie, as an app caller of `app`; nil without a cookie. Every request made
-    /// with it must carry the session's CSRF token, reads too: some Easemob-compatible GET routes change things
-    /// (`GET …/disconnect`), and a read needs no exception.
-    func consoleCaller(_ request: Request, app: AppRecord) async throws -> Caller? {
-        guard let id = try Console.sessionID(in: request) else { return nil }
-        guard let session = try await store.consoleSession(digest: Console.digest(of: id), now: clock()), session.app == app.id else {
-            throw BeaconError(.badAccessToken, "the console session expired or is not for this app; sign in again")
-        }
-        try Console.checkCSRF(request, sessionID: id)
-        return .app
     }
 }

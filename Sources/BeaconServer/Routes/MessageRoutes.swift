@@ -1,0 +1,80 @@
+import BeaconCore
+import BeaconProtocol
+import BeaconStorage
+import Hummingbird
+
+/// Sending messages over REST (Easemob's `messages/users`, `messages/chatgroups` and the older `messages`).
+struct MessageRoutes: AppRouteCollection {
+    let api: API
+    let messages: MessageService
+
+    var store: any BeaconStore { api.store }
+
+    func register(on routes: AppRoutes) {
+        routes.add(.post, "messages/users", .caller) { try await send($0, $1, chatType: .chat) }
+        routes.add(.post, "messages/chatgroups", .caller) { try await send($0, $1, chatType: .groupchat) }
+        routes.add(.post, "messages", .caller, sendLegacy)
+    }
+
+    @Sendable func send(_ request: Request, _ context: BeaconRequestContext, chatType: ChatType) async throws -> Response {
+        let app = try context.app
+        let caller = try context.caller
+        let body = try await api.body(SendMessageRequest.self, from: request)
+        return try await send(
+            request, app: app, caller: caller, from: body.from, to: body.to, chatType: chatType, type: body.type, body: body.body,
+            ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: body.syncDevice ?? false,
+            routetype: body.routetype, reference: body.msgID)
+    }
+
+    @Sendable func sendLegacy(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.app
+        let caller = try context.caller
+        let body = try await api.body(LegacySendMessageRequest.self, from: request)
+        let chatType: ChatType
+        switch body.targetType {
+        case "users": chatType = .chat
+        case "chatgroups": chatType = .groupchat
+        default: throw BeaconError.illegal("target_type can only be 'users' or 'chatgroups'")
+        }
+        guard let typeName = body.msg["type"]?.stringValue, let type = MessageType(rawValue: typeName) else {
+            throw BeaconError.illegal("msg.type must be one of \(MessageType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        var fields = body.msg
+        fields["type"] = nil
+        return try await send(
+            request, app: app, caller: caller, from: body.from, to: body.target, chatType: chatType, type: type,
+            body: .object(fields), ext: body.offlinePushInfo.map { $0.merged(into: body.ext ?? [:]) } ?? body.ext, syncDevice: false,
+            routetype: nil, reference: body.msgID)
+    }
+
+    private func send(
+        _ request: Request, app: AppRecord, caller: Caller, from: String?, to targets: [String], chatType: ChatType, type: MessageType,
+        body: JSONValue, ext: [String: JSONValue]?, syncDevice: Bool, routetype: String?, reference: String?
+    ) async throws -> Response {
+        let sender: String
+        switch caller {
+        case .app: sender = from ?? "admin"
+        case .user(let name):
+            guard from == nil || from == name else { throw BeaconError(.forbidden, "a user token may only send as its own user") }
+            sender = name
+        }
+        guard !sender.isEmpty else { throw BeaconError.illegal("from must not be empty") }
+        if let routetype, routetype != RouteType.online { throw BeaconError.illegal("routetype must be \(RouteType.online)") }
+        // As in Easemob, an app may send as any name; only real users get copies on their other devices.
+        let senderIsUser = try await store.user(sender, app: app.id) != nil
+        let outgoing = OutgoingMessage(
+            from: sender, chatType: chatType, type: type, body: body, ext: ext ?? [:], onlineOnly: routetype == RouteType.online,
+            originDevice: nil, copyToSender: senderIsUser && (syncDevice || chatType == .groupchat))
+        // A retried send with the same reference (header or `msg_id`) answers the first send's ids and stores nothing.
+        var receipt: SendReceipt?
+        if let reference = request.headers.first(where: { $0.name.canonicalName == "idempotency-key" })?.value ?? reference {
+            guard (1...128).contains(reference.utf8.count) else { throw BeaconError.illegal("Idempotency-Key and msg_id are 1-128 bytes") }
+            // Per sender, as Easemob's `msg_id` is: two senders' references never meet (a user token sends as itself).
+            receipt = SendReceipt(scope: SendReceipt.senderScope(sender), reference: reference, now: api.clock())
+        }
+        let sent = try await messages.send(outgoing, to: targets, app: app, enforceMembership: caller != .app, receipt: receipt)
+        var data: [String: String] = [:]
+        for message in sent { data[message.target] = String(message.id) }
+        return api.respond(request, app: app, action: "post", data: data)
+    }
+}
