@@ -271,6 +271,11 @@ public final class SQLiteStore: BeaconStore {
                     CREATE INDEX console_sessions_by_app ON console_sessions (app_id);
                     """)
         }
+        migrator.registerMigration("v12-schema-as-postgres") { db in
+            // `skip_reason` (v3) was never written or read: a skip's reason is `last_reason`, as on PostgreSQL. The schema
+            // conformance test keeps the two engines' schemas alike.
+            try db.execute(sql: "ALTER TABLE push_jobs DROP COLUMN skip_reason")
+        }
         return migrator
     }
 

@@ -1,3 +1,24 @@
+/// The push-result webhook: each app's receiver and the durable outbox of events for it.
+public protocol WebhookStore: Sendable {
+    /// Sets the app's webhook (its delivery state starts afresh) or, with nil, removes it and the events waiting for it.
+    /// While a webhook is set and enabled, every push job that leaves `pending` (or is stored already decided) and every
+    /// binding `removeBinding` removes records a `WebhookEvent`, in the same transaction.
+    /// Returns the state before the change.
+    @discardableResult
+    func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState?
+    func webhook(app: Int64) async throws -> WebhookState?
+    /// Claims, for `lease` ms, the oldest `limit` events of one app whose webhook is enabled and due (apps least
+    /// recently due first); nil when none is. One batch per app at a time: events reach a receiver in order.
+    func claimWebhookBatch(now: Int64, lease: Int64, limit: Int) async throws -> WebhookBatch?
+    /// Ends a delivery attempt under its claim: delivered, the batch's events are removed and the failures reset;
+    /// otherwise `error` is kept, failures counted and the app's next attempt is at `retryAt`. False when the claim
+    /// lapsed and another took the app's events (nothing is changed).
+    @discardableResult
+    func finishWebhookBatch(_ batch: WebhookBatch, error: String?, retryAt: Int64, now: Int64) async throws -> Bool
+    /// Events waiting for every enabled webhook, when the oldest was recorded, and how many were dropped at the bound.
+    func webhookOutboxStats() async throws -> WebhookOutboxStats
+}
+
 /// An app's push-result webhook: where every final push outcome is POSTed.
 public struct WebhookConfig: Sendable, Hashable {
     public var url: String
