@@ -69,7 +69,7 @@ extension PostgresStore {
     /// route was decided (their records went with them; a user created again under the name is another user). Each
     /// receiver's row is key-share locked: a deletion either finishes first (no job) or waits and deletes the jobs too.
     private func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
-        let badged = Set(route.jobs.filter { $0.badgeOffset != nil && $0.skipReason == nil }.map(\.username))
+        let badged = Set(route.jobs.filter(\.awaitsBadge).map(\.username))
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }
         // postgres-nio binds arrays without NULL elements: "" stands for none (no collapse id or reason is empty).
@@ -77,21 +77,17 @@ extension PostgresStore {
             priorities: [Int64], expirations: [Int64], collapseIDs: [String], apnsIDs: [String], payloads: [String], statuses: [String],
             reasons: [String]) = ([], [], [], [], [], [], [], [], [], [], [], [], [])
         for job in route.jobs {
-            var payload = job.payload
-            if let offset = job.badgeOffset, job.skipReason == nil {
-                payload = JSONWriter.insertBadge(badges[job.username] ?? 0, into: payload, atUTF8Offset: offset)
-            }
             columns.usernames.append(job.username)
             columns.devices.append(job.deviceID)
             columns.notifiers.append(job.notifier)
             columns.tokens.append(job.deviceToken)
             columns.topics.append(job.topic)
-            columns.types.append(job.pushType)
-            columns.priorities.append(Int64(job.priority))
+            columns.types.append(job.pushType.rawValue)
+            columns.priorities.append(Int64(job.priority.rawValue))
             columns.expirations.append(job.expiration)
             columns.collapseIDs.append(job.collapseID ?? "")
-            columns.apnsIDs.append(job.apnsID)
-            columns.payloads.append(payload)
+            columns.apnsIDs.append(StoredForm.text(of: job.apnsID))
+            columns.payloads.append(job.payload(withBadge: badges[job.username] ?? 0))
             columns.statuses.append(job.skipReason == nil ? "pending" : "skipped")
             columns.reasons.append(job.skipReason ?? "")
         }
@@ -168,7 +164,7 @@ extension PostgresStore {
             """
             SELECT 1 FROM push_bindings WHERE app_id = \(claimed.appID) AND username = \(job.username) AND device_id = \(job.deviceID)
                 AND notifier = \(job.notifier)
-                AND (CASE WHEN \(job.pushType) = 'voip' THEN voip_token ELSE device_token END) = \(job.deviceToken)
+                AND (CASE WHEN \(job.pushType.rawValue) = 'voip' THEN voip_token ELSE device_token END) = \(job.deviceToken)
                 AND EXISTS (SELECT 1 FROM push_jobs WHERE id = \(claimed.id) AND claim_token = \(claimed.claimToken) AND status = 'pending')
             """) > 0
     }
@@ -311,17 +307,20 @@ extension PostgresStore {
         """
 
     static func pushJob(from row: PostgresRandomAccessRow) throws -> PushJob {
-        PushJob(
-            id: try row["id"].decode(Int64.self), appID: try row["app_id"].decode(Int64.self),
+        let id = try row["id"].decode(Int64.self)
+        let typed = try StoredForm.pushFields(
+            job: id, pushType: try row["push_type"].decode(String.self), priority: try row["priority"].decode(Int.self),
+            apnsID: try row["apns_id"].decode(String.self), status: try row["status"].decode(String.self))
+        return PushJob(
+            id: id, appID: try row["app_id"].decode(Int64.self),
             messageID: UInt64(bitPattern: try row["message_id"].decode(Int64.self)),
             job: NewPushJob(
                 username: try row["username"].decode(String.self), deviceID: try row["device_id"].decode(String.self),
                 notifier: try row["notifier"].decode(String.self), deviceToken: try row["device_token"].decode(String.self),
-                topic: try row["topic"].decode(String.self), pushType: try row["push_type"].decode(String.self),
-                priority: try row["priority"].decode(Int.self), expiration: try row["expiration"].decode(Int64.self),
-                collapseID: try row["collapse_id"].decode(String?.self), apnsID: try row["apns_id"].decode(String.self),
-                payload: try row["payload"].decode(String.self)),
-            status: PushJobStatus(rawValue: try row["status"].decode(String.self)) ?? .pending, attempts: try row["attempts"].decode(Int.self),
+                topic: try row["topic"].decode(String.self), pushType: typed.pushType, priority: typed.priority,
+                expiration: try row["expiration"].decode(Int64.self), collapseID: try row["collapse_id"].decode(String?.self),
+                apnsID: typed.apnsID, payload: try row["payload"].decode(String.self)),
+            status: typed.status, attempts: try row["attempts"].decode(Int.self),
             lastStatus: try row["last_status"].decode(Int?.self), lastReason: try row["last_reason"].decode(String?.self),
             createdAt: try row["created_at"].decode(Int64.self), updatedAt: try row["updated_at"].decode(Int64.self),
             nextAttemptAt: try row["next_attempt_at"].decode(Int64.self), claimToken: try row["claim_token"].decode(Int64.self))

@@ -236,7 +236,7 @@ extension PostgresStore {
                     INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
                         expiration, collapse_id, apns_id, payload, status, created_at, updated_at, next_attempt_at, read_version)
                     VALUES (\(app), \(messageID), \(job.username), \(job.deviceID), \(job.notifier), \(job.deviceToken), \(job.topic),
-                        'background', \(Int64(job.priority)), \(job.expiration), NULL, \(job.apnsID), \(job.payload), 'pending', \(now),
+                        'background', \(Int64(job.priority.rawValue)), \(job.expiration), NULL, \(StoredForm.text(of: job.apnsID)), \(job.payload), 'pending', \(now),
                         \(now), \(due), \(readVersion))
                     """, logger: logger)
             }

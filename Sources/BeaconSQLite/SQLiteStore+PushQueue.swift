@@ -93,16 +93,13 @@ extension SQLiteStore {
                 exists[job.username] = try Bool.fetchOne(userExists, arguments: [app, job.username]) ?? false
             }
             guard exists[job.username] == true else { continue }
-            var payload = job.payload
-            if let offset = job.badgeOffset, job.skipReason == nil {
-                if badges[job.username] == nil {
-                    badges[job.username] = try badge(of: job.username, app: app, db: db)
-                }
-                payload = JSONWriter.insertBadge(badges[job.username] ?? 0, into: payload, atUTF8Offset: offset)
+            if job.awaitsBadge, badges[job.username] == nil {
+                badges[job.username] = try badge(of: job.username, app: app, db: db)
             }
             try insert.execute(arguments: [
-                app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType, job.priority,
-                job.expiration, job.collapseID, job.apnsID, payload, job.skipReason == nil ? "pending" : "skipped", job.skipReason,
+                app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType.rawValue,
+                job.priority.rawValue, job.expiration, job.collapseID, StoredForm.text(of: job.apnsID),
+                job.payload(withBadge: badges[job.username] ?? 0), job.skipReason == nil ? "pending" : "skipped", job.skipReason,
                 route.now, route.now, route.now,
             ])
         }
@@ -174,7 +171,7 @@ extension SQLiteStore {
                     AND EXISTS (SELECT 1 FROM push_jobs WHERE id = ? AND claim_token = ? AND status = 'pending')
                     """,
                 arguments: [
-                    claimed.appID, job.username, job.deviceID, job.notifier, job.pushType, job.deviceToken, claimed.id, claimed.claimToken,
+                    claimed.appID, job.username, job.deviceID, job.notifier, job.pushType.rawValue, job.deviceToken, claimed.id, claimed.claimToken,
                 ]) ?? false
         }
     }
@@ -302,14 +299,18 @@ extension SQLiteStore {
         let columns = Columns(of: first)
         return try rows.map { row in
             func column<Value: DatabaseValueConvertible>(_ name: String) throws -> Value { try columns.decode(name, in: row) }
+            let id: Int64 = try column("id")
+            let typed = try StoredForm.pushFields(
+                job: id, pushType: try column("push_type"), priority: try column("priority"), apnsID: try column("apns_id"),
+                status: try column("status"))
             return PushJob(
-                id: try column("id"), appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
+                id: id, appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
                 job: NewPushJob(
                     username: try column("username"), deviceID: try column("device_id"), notifier: try column("notifier"),
-                    deviceToken: try column("device_token"), topic: try column("topic"), pushType: try column("push_type"),
-                    priority: try column("priority"), expiration: try column("expiration"), collapseID: try column("collapse_id"),
-                    apnsID: try column("apns_id"), payload: try column("payload")),
-                status: PushJobStatus(rawValue: try column("status")) ?? .pending, attempts: try column("attempts"),
+                    deviceToken: try column("device_token"), topic: try column("topic"), pushType: typed.pushType,
+                    priority: typed.priority, expiration: try column("expiration"), collapseID: try column("collapse_id"),
+                    apnsID: typed.apnsID, payload: try column("payload")),
+                status: typed.status, attempts: try column("attempts"),
                 lastStatus: try column("last_status"), lastReason: try column("last_reason"), createdAt: try column("created_at"),
                 updatedAt: try column("updated_at"), nextAttemptAt: try column("next_attempt_at"), claimToken: try column("claim_token"))
         }

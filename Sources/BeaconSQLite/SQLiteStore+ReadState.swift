@@ -223,8 +223,8 @@ extension SQLiteStore {
                 let last = try Int64.fetchOne(previous, arguments: [app, job.username, job.deviceID, job.notifier])
                 let due = WithdrawalSchedule.due(after: last, spacing: spacing, now: now)
                 try insert.execute(arguments: [
-                    app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.priority, job.expiration,
-                    job.apnsID, job.payload, now, now, due, readVersion,
+                    app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.priority.rawValue,
+                    job.expiration, StoredForm.text(of: job.apnsID), job.payload, now, now, due, readVersion,
                 ])
             }
         }

@@ -237,9 +237,9 @@ final class PushRouter: Service, Sendable {
         return NewPushJob(
             username: recipient, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: token,
             topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
-            pushType: (voip ? APNsPushType.voip : .alert).rawValue, priority: 10, expiration: now / 1000 + Self.expirationSeconds,
+            pushType: voip ? .voip : .alert, priority: .immediate, expiration: now / 1000 + Self.expirationSeconds,
             // A duplicate after a crash replaces the first notification instead of adding a second one.
-            collapseID: Self.collapseID(key: payload?.collapseID, sender: context.message.from, messageID: context.message.id), apnsID: UUID.random().uuidString.lowercased(),
+            collapseID: Self.collapseID(key: payload?.collapseID, sender: context.message.from, messageID: context.message.id), apnsID: .random(),
             payload: skipReason == nil ? payload?.withoutBadge ?? "" : "", badgeOffset: skipReason == nil ? payload?.badgeOffset : nil,
             skipReason: skipReason)
     }
@@ -254,8 +254,8 @@ final class PushRouter: Service, Sendable {
 
     private static func skipped(_ username: String, _ reason: SkipReason) -> NewPushJob {
         NewPushJob(
-            username: username, deviceID: "", notifier: "", deviceToken: "", topic: "", pushType: APNsPushType.alert.rawValue, priority: 10,
-            expiration: 0, collapseID: nil, apnsID: "", payload: "", skipReason: reason.rawValue)
+            username: username, deviceID: "", notifier: "", deviceToken: "", topic: "", pushType: .alert, priority: .immediate,
+            expiration: 0, collapseID: nil, apnsID: nil, payload: "", skipReason: reason.rawValue)
     }
 }
 

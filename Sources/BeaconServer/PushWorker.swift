@@ -211,10 +211,15 @@ final class PushWorker: Service, Sendable {
         } catch {
             return retryOrGiveUp(job, httpStatus: nil, reason: "configuration: \(error)")
         }
+        // Every job recorded pending has an apns-id (`PushRouter`, `ReadService`): one without is damaged, not sent.
+        guard let apnsID = job.job.apnsID else {
+            return PushAttemptOutcome(
+                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.internalError.rawValue)
+        }
         let notification = APNsNotification(
-            deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(rawValue: job.job.pushType) ?? .alert,
-            priority: job.job.priority, expiration: job.job.expiration, collapseID: job.job.collapseID,
-            apnsID: UUID(uuidString: job.job.apnsID) ?? .random(), payload: Array(job.job.payload.utf8))
+            deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(job.job.pushType),
+            priority: job.job.priority.rawValue, expiration: job.job.expiration, collapseID: job.job.collapseID, apnsID: apnsID,
+            payload: Array(job.job.payload.utf8))
         // The claim checked the binding; a send that then waited (APNs slow or unreachable) checks it again, so that a
         // token unbound or moved to another user meanwhile is not pushed to.
         let stillBound: @Sendable () async -> Bool = { [store] in
@@ -396,6 +401,17 @@ final class WakeSignal: Sendable {
                 return waiter
             }
             waiter?.resume()
+        }
+    }
+}
+
+extension APNsPushType {
+    /// The APNs push type of a stored job's kind.
+    init(_ type: PushType) {
+        switch type {
+        case .alert: self = .alert
+        case .voip: self = .voip
+        case .background: self = .background
         }
     }
 }

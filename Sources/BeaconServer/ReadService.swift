@@ -73,8 +73,8 @@ struct ReadService: Sendable {
             guard let config = configs[binding.notifier] else { return nil }
             return NewPushJob(
                 username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                topic: config.bundleID, pushType: APNsPushType.background.rawValue, priority: 5,
-                expiration: now / 1000 + Self.withdrawalExpirationSeconds, collapseID: nil, apnsID: UUID.random().uuidString.lowercased(),
+                topic: config.bundleID, pushType: .background, priority: .considerate,
+                expiration: now / 1000 + Self.withdrawalExpirationSeconds, collapseID: nil, apnsID: .random(),
                 payload: payload)
         }
         guard !jobs.isEmpty else { return }

@@ -1,4 +1,5 @@
 import BeaconCore
+import Foundation
 
 /// The push queue: each message's push decisions (routes), the jobs they make, their claims by workers and their
 /// attempts — the delivery records.
@@ -59,6 +60,18 @@ extension PushQueueStore {
 }
 
 
+/// A push's kind, as APNs' `apns-push-type` names it: the kinds Beacon sends.
+public enum PushType: String, Sendable, Hashable, CaseIterable {
+    case alert, voip, background
+}
+
+/// A push's `apns-priority`.
+public enum PushPriority: Int, Sendable, Hashable, CaseIterable {
+    /// Sent as the device's power allows (background pushes must use it).
+    case considerate = 5
+    case immediate = 10
+}
+
 /// A push to store with a message: one per bound device of an offline recipient.
 public struct NewPushJob: Sendable, Hashable {
     public var username: String
@@ -66,11 +79,12 @@ public struct NewPushJob: Sendable, Hashable {
     public var notifier: String
     public var deviceToken: String
     public var topic: String
-    public var pushType: String
-    public var priority: Int
+    public var pushType: PushType
+    public var priority: PushPriority
     public var expiration: Int64
     public var collapseID: String?
-    public var apnsID: String
+    /// `apns-id`; nil for a job recorded skipped with no device to push to.
+    public var apnsID: UUID?
     public var payload: String
     /// Where the receiver's badge goes when the job is recorded: `,"badge":N` is inserted at this UTF-8 offset of
     /// `payload`. Nil: the payload is final.
@@ -79,8 +93,8 @@ public struct NewPushJob: Sendable, Hashable {
     public var skipReason: String?
 
     public init(
-        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: String, priority: Int,
-        expiration: Int64, collapseID: String?, apnsID: String, payload: String, badgeOffset: Int? = nil, skipReason: String? = nil
+        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: PushType, priority: PushPriority,
+        expiration: Int64, collapseID: String?, apnsID: UUID?, payload: String, badgeOffset: Int? = nil, skipReason: String? = nil
     ) {
         self.badgeOffset = badgeOffset
         self.skipReason = skipReason
@@ -96,6 +110,17 @@ public struct NewPushJob: Sendable, Hashable {
         self.apnsID = apnsID
         self.payload = payload
     }
+
+    /// Whether the receiver's badge is yet to be put in the payload (`payload(withBadge:)`) when the job is recorded.
+    public var awaitsBadge: Bool { badgeOffset != nil && skipReason == nil }
+
+    /// The payload to store: with `badge` put where the payload builder left room for it (`awaitsBadge`); as it is
+    /// otherwise. The one place a badge enters a stored payload, whichever engine records the job.
+    public func payload(withBadge badge: Int) -> String {
+        guard let badgeOffset, skipReason == nil else { return payload }
+        return JSONWriter.insertBadge(badge, into: payload, atUTF8Offset: badgeOffset)
+    }
+
 }
 
 

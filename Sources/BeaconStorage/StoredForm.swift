@@ -18,9 +18,34 @@ public enum StoredForm {
         guard let extFields = try JSONReader.value(of: ext).objectValue else {
             throw BeaconError(.internalError, "stored message \(id) has an ext that is not a JSON object")
         }
+        guard let chatType = ChatType(rawValue: chatType), let type = MessageType(rawValue: type) else {
+            throw BeaconError(.internalError, "stored message \(id) has chat type \(chatType) and type \(type), which no version writes")
+        }
         return Message(
-            id: UInt64(bitPattern: id), from: sender, to: recipient, chatType: ChatType(rawValue: chatType) ?? .chat,
-            type: MessageType(rawValue: type) ?? .custom, body: try JSONReader.value(of: body), ext: extFields, timestamp: timestamp)
+            id: UInt64(bitPattern: id), from: sender, to: recipient, chatType: chatType, type: type, body: try JSONReader.value(of: body),
+            ext: extFields, timestamp: timestamp)
+    }
+
+    /// How a job's `apns-id` is stored: lowercase, or empty for none.
+    public static func text(of apnsID: UUID?) -> String {
+        apnsID.map { $0.uuidString.lowercased() } ?? ""
+    }
+
+    /// A push job's typed fields from their stored columns. A value no version of Beacon writes is an error (the read
+    /// fails), never a default: a damaged row is not sent as something else.
+    public static func pushFields(job: Int64, pushType: String, priority: Int, apnsID: String, status: String) throws -> (
+        pushType: PushType, priority: PushPriority, apnsID: UUID?, status: PushJobStatus
+    ) {
+        guard let type = PushType(rawValue: pushType), let level = PushPriority(rawValue: priority),
+            let status = PushJobStatus(rawValue: status)
+        else {
+            throw BeaconError(
+                .internalError, "stored push job \(job) has push type \(pushType), priority \(priority), status \(status): not Beacon's")
+        }
+        guard apnsID.isEmpty || UUID(uuidString: apnsID) != nil else {
+            throw BeaconError(.internalError, "stored push job \(job) has an apns-id that is not a UUID")
+        }
+        return (type, level, apnsID.isEmpty ? nil : UUID(uuidString: apnsID), status)
     }
 
     /// A receipt's answer (receiver → message id) as JSON text: the first message of each receiver.

@@ -68,8 +68,8 @@ struct ClusterStoreTests {
                 [NewMessage(message: Message(id: 7, from: "alice", to: "bob", chatType: .chat, type: .txt, body: [:], ext: [:], timestamp: now),
                     deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id, receipt: nil)
             let job = NewPushJob(
-                username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", topic: "com.example", pushType: "alert", priority: 10,
-                expiration: 0, collapseID: nil, apnsID: "a", payload: "{}")
+                username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", topic: "com.example", pushType: .alert, priority: .immediate,
+                expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{}")
             #expect(try await store.recordRoute(PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
             let claimed = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10, node: dead.epoch)
             #expect(claimed.count == 1)

@@ -60,8 +60,8 @@ import Testing
 @Suite struct AppActivityConformanceTests {
     private static func job(_ device: String, skip: String? = nil) -> NewPushJob {
         NewPushJob(
-            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: "alert", priority: 10,
-            expiration: 0, collapseID: nil, apnsID: "apns-\(device)", payload: #"{"aps":{}}"#, skipReason: skip)
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: .alert, priority: .immediate,
+            expiration: 0, collapseID: nil, apnsID: fixedAPNsID(device), payload: #"{"aps":{}}"#, skipReason: skip)
     }
 
     @Test(arguments: StoreKind.available)

@@ -1,13 +1,14 @@
 import BeaconCore
 import BeaconStorage
+import Foundation
 import Testing
 
 /// A deleted user is a stranger to the next holder of the name: nothing the store keeps by name reaches them.
 @Suite struct IdentityConformanceTests {
     private static func job(_ username: String) -> NewPushJob {
         NewPushJob(
-            username: username, deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: "alert", priority: 10, expiration: 0,
-            collapseID: nil, apnsID: "id", payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate, expiration: 0,
+            collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
     }
 
     @Test(arguments: StoreKind.available)

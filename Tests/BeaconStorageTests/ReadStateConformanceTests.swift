@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import Foundation
 import Testing
 
 /// Read markers, unread counts, the badge and withdrawal jobs, on every store kind.
@@ -18,8 +19,8 @@ import Testing
     /// An alert job for bob's device `device`, its badge spliced in when recorded.
     private static func alert(device: String) -> NewPushJob {
         NewPushJob(
-            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: "alert", priority: 10,
-            expiration: 0, collapseID: nil, apnsID: "id", payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: .alert, priority: .immediate,
+            expiration: 0, collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
     }
 
     @Test(arguments: StoreKind.available)
@@ -150,8 +151,8 @@ import Testing
             try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
             func withdrawal(_ payload: String, token: String = "t-phone") -> NewPushJob {
                 NewPushJob(
-                    username: "bob", deviceID: "phone", notifier: "ios", deviceToken: token, topic: "t", pushType: "background", priority: 5,
-                    expiration: 0, collapseID: nil, apnsID: "id", payload: payload)
+                    username: "bob", deviceID: "phone", notifier: "ios", deviceToken: token, topic: "t", pushType: .background, priority: .considerate,
+                    expiration: 0, collapseID: nil, apnsID: UUID(), payload: payload)
             }
             func queue(_ payload: String, version: Int64, at time: Int64, token: String = "t-phone") async throws {
                 try await store.queueWithdrawals([withdrawal(payload, token: token)], messageID: 1, readVersion: version, app: app.id, spacing: 3000, now: time)
@@ -163,7 +164,7 @@ import Testing
             try await queue("w1", version: 1, at: now)
             let first = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10)
             #expect(first.map(\.job.payload) == ["w1"])
-            #expect(first.map(\.job.pushType) == ["background"])
+            #expect(first.map(\.job.pushType) == [.background])
             // The first is on its way: the next waits out the spacing; a third while it waits replaces it.
             try await queue("w2", version: 2, at: now + 100)
             try await queue("w3", version: 3, at: now + 200)

@@ -101,8 +101,8 @@ import Testing
             [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
             receipt: nil)
         let job = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: "alert", priority: 10, expiration: 0,
-            collapseID: nil, apnsID: "id", payload: #"{"aps":{"alert":"x"}}"#)
+            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate, expiration: 0,
+            collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#)
         #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
         try await store.savePushConfig(
             PushConfigRecord(
@@ -130,5 +130,55 @@ import Testing
         await #expect(throws: (any Error).self) { try await store.bindings(of: ["bob"], app: app.id) }
         // The queue's counters read no damaged column: they still answer.
         #expect(try await store.pushQueueStats(now: now).pending == 1)
+    }
+
+    /// A stored push job or message whose fields hold well-typed values that no version of Beacon writes (an unknown push
+    /// type, priority, status or chat type, an apns-id that is not a UUID) fails the read: it is never sent as an alert
+    /// with a fresh apns-id, nor read as a chat.
+    @Test(arguments: [
+        "UPDATE push_jobs SET push_type = 'fax'", "UPDATE push_jobs SET priority = 7", "UPDATE push_jobs SET status = 'lost'",
+        "UPDATE push_jobs SET apns_id = 'not-a-uuid'",
+    ])
+    func pushJobFieldsNoVersionWritesAreErrorsNotDefaults(damage: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(directory: directory.path)
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+        _ = try await store.append(
+            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            receipt: nil)
+        let apnsID = UUID()
+        let job = NewPushJob(
+            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .considerate, expiration: 0,
+            collapseID: nil, apnsID: apnsID, payload: #"{"aps":{"alert":"x"}}"#)
+        #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
+        let stored = try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10)
+        #expect(stored.map(\.job.pushType) == [.alert] && stored.map(\.job.priority) == [.considerate] && stored.map(\.job.apnsID) == [apnsID])
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
+        try await queue.write { db in try db.execute(sql: damage) }
+        try queue.close()
+        await #expect(throws: (any Error).self) { try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10) }
+        // A claim takes pending jobs only: one whose status is damaged is not claimed; the others fail the claim.
+        if damage.contains("status") {
+            #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
+        } else {
+            await #expect(throws: (any Error).self) { try await store.claimPushJobs(now: now, lease: 1000, limit: 10) }
+        }
+    }
+
+    @Test func aStoredMessageOfAnUnknownChatTypeIsAnErrorNotAChat() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(directory: directory.path)
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+        #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).count == 1)
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
+        try await queue.write { db in try db.execute(sql: "UPDATE messages SET chat_type = 'broadcast'") }
+        try queue.close()
+        await #expect(throws: (any Error).self) { try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10) }
     }
 }

@@ -40,6 +40,13 @@ enum StoreKind: String, CustomTestStringConvertible {
 
 let now: Int64 = 1_800_000_000_000
 
+/// The same apns-id for a device name every time (tests compare what is reported with what was stored).
+func fixedAPNsID(_ device: String) -> UUID {
+    let number = device.utf8.reduce(UInt64(0)) { ($0 &* 31) &+ UInt64($1) } & 0xFFFF_FFFF_FFFF
+    return UUID(uuidString: "00000000-0000-4000-8000-" + String(String(number, radix: 16).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0))
+        ?? UUID()
+}
+
 func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default) async throws -> AppRecord {
     try await store.createApp(AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "hash", limits: limits, now: now)
 }
@@ -189,8 +196,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                 [NewMessage(message: text(probe, from: "u0", to: "u1"), deliveries: [], routesPushes: true)], app: app.id, receipt: nil)
             let jobs = members.map { member in
                 NewPushJob(
-                    username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: "alert", priority: 10,
-                    expiration: 0, collapseID: nil, apnsID: "a", payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
+                    username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: .alert, priority: .immediate,
+                    expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
             }
             #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id))
             for (index, member) in members.enumerated() {
@@ -335,10 +342,10 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
     }
 
     /// A job for `username`'s device `d1` through `ios`, pushed (badge spliced in) or skipped with `skip`.
-    private static func job(_ username: String, token: String = "aa", skip: String? = nil, pushType: String = "alert") -> NewPushJob {
+    private static func job(_ username: String, token: String = "aa", skip: String? = nil, pushType: PushType = .alert) -> NewPushJob {
         NewPushJob(
-            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: 10, expiration: 0,
-            collapseID: nil, apnsID: "id", payload: skip == nil ? #"{"aps":{"alert":"x"}}"# : "", badgeOffset: skip == nil ? 19 : nil,
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: .immediate, expiration: 0,
+            collapseID: nil, apnsID: UUID(), payload: skip == nil ? #"{"aps":{"alert":"x"}}"# : "", badgeOffset: skip == nil ? 19 : nil,
             skipReason: skip)
     }
 
@@ -443,7 +450,7 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             try await makeUsers(store, app, ["alice", "bob", "carol"])
             try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 1), app: app.id)
             #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
-            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", token: "vv", pushType: "voip")]))
+            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", token: "vv", pushType: .voip)]))
             // The phone changes hands: carol binds its token.
             try await store.bind(PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
             #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)

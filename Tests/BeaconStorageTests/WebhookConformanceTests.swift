@@ -13,8 +13,8 @@ import Testing
 
     private static func job(_ device: String, skip: String? = nil) -> NewPushJob {
         NewPushJob(
-            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: "alert", priority: 10,
-            expiration: 0, collapseID: nil, apnsID: "apns-\(device)", payload: #"{"aps":{"alert":"x"}}"#, skipReason: skip)
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: .alert, priority: .immediate,
+            expiration: 0, collapseID: nil, apnsID: fixedAPNsID(device), payload: #"{"aps":{"alert":"x"}}"#, skipReason: skip)
     }
 
     /// Stores message `id` from alice to bob and records its decisions.
@@ -59,7 +59,7 @@ import Testing
             #expect(batch.events.map(\.reason) == ["dnd", nil])
             #expect(batch.events.map(\.deviceID) == ["pad", "phone"])
             #expect(batch.events.map(\.messageID) == [2, 2])
-            #expect(batch.events[1].apnsStatus == 200 && batch.events[1].apnsID == "apns-phone" && batch.events[1].attempts == 2)
+            #expect(batch.events[1].apnsStatus == 200 && batch.events[1].apnsID == StoredForm.text(of: fixedAPNsID("phone")) && batch.events[1].attempts == 2)
             #expect(batch.events[0].id < batch.events[1].id)
             #expect(try await store.claimWebhookBatch(now: now + 5, lease: 60_000, limit: 10) == nil)
 

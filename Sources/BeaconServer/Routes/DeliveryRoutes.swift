@@ -43,8 +43,8 @@ struct DeliveryRoutes: AppRouteCollection {
             deviceID = job.job.deviceID
             notifierName = job.job.notifier
             deviceToken = job.job.deviceToken
-            apnsID = job.job.apnsID
-            pushType = job.job.pushType
+            apnsID = StoredForm.text(of: job.job.apnsID)
+            pushType = job.job.pushType.rawValue
             status = job.status.rawValue
             httpStatus = job.lastStatus
             reason = job.lastReason

@@ -75,8 +75,8 @@ struct TestPushRoutes: AppRouteCollection {
             jobs.append(
                 NewPushJob(
                     username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                    topic: config?.bundleID ?? "", pushType: APNsPushType.alert.rawValue, priority: 10,
-                    expiration: now / 1000 + PushRouter.expirationSeconds, collapseID: nil, apnsID: UUID.random().uuidString.lowercased(),
+                    topic: config?.bundleID ?? "", pushType: .alert, priority: .immediate,
+                    expiration: now / 1000 + PushRouter.expirationSeconds, collapseID: nil, apnsID: .random(),
                     payload: config == nil ? "" : payload, skipReason: config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil))
         }
         _ = try await api.store.recordRoute(PushRoute(messageID: id, replacing: .nothing, jobs: jobs, now: now), app: app.id)
