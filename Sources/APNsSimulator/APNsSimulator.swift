@@ -77,7 +77,9 @@ public final class APNsSimulator: Service, Sendable {
         let listener = APNsListener(
             state: state, environment: configuration.environment, maxConcurrentStreams: configuration.maxConcurrentStreams,
             clock: configuration.clock, logger: logger)
-        let channel = try await listener.bind(host: configuration.host, port: configuration.port, group: configuration.eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton)
+        let channel = try await listener.bind(
+            host: configuration.host, port: configuration.port, group: configuration.eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
+        )
         let apnsPort = channel.localAddress?.port ?? 0
         let (controlPorts, controlPortSink) = AsyncStream.makeStream(of: Int.self)
         let control = Application(
@@ -92,7 +94,8 @@ public final class APNsSimulator: Service, Sendable {
                 let controlPort = await ports.next() ?? 0
                 let host = self.configuration.host.contains(":") ? "[\(self.configuration.host)]" : self.configuration.host
                 let endpoints = Endpoints(
-                    apnsURL: "https://\(host):\(apnsPort)", controlURL: "http://\(host):\(controlPort)", apnsPort: apnsPort, controlPort: controlPort)
+                    apnsURL: "https://\(host):\(apnsPort)", controlURL: "http://\(host):\(controlPort)", apnsPort: apnsPort,
+                    controlPort: controlPort)
                 let waiters = self.ready.withLock { ready in
                     ready.endpoints = endpoints
                     defer { ready.waiters.removeAll() }
@@ -130,7 +133,9 @@ public final class APNsSimulator: Service, Sendable {
         let voipSuffix = APNsPushType.voip.topicSuffix
         let voip = topic.hasSuffix(voipSuffix)
         let bundle = voip ? String(topic.dropLast(voipSuffix.count)) : topic
-        state.data.withLock { $0.tokenTopics[deviceToken.lowercased()] = RegisteredToken(topic: bundle, environment: environment, voip: voip) }
+        state.data.withLock {
+            $0.tokenTopics[deviceToken.lowercased()] = RegisteredToken(topic: bundle, environment: environment, voip: voip)
+        }
     }
 
     /// Replaces the injected faults.

@@ -49,12 +49,15 @@ struct ControlAPI: Sendable {
         }
         router.post("/certificates") { request, context in
             let body = try await decode(CertificateRequest.self, request, context)
-            try rethrowAsBadRequest { try simulator.registerCertificateAuthority(pem: body.caPEM, topics: body.topics, environment: body.environment) }
+            try rethrowAsBadRequest {
+                try simulator.registerCertificateAuthority(pem: body.caPEM, topics: body.topics, environment: body.environment)
+            }
             return ok()
         }
         router.post("/unregistered") { request, context in
             let body = try await decode(UnregisteredRequest.self, request, context)
-            simulator.markUnregistered(deviceToken: body.deviceToken, timestamp: body.timestamp ?? Int64(Date().timeIntervalSince1970 * 1000))
+            simulator.markUnregistered(
+                deviceToken: body.deviceToken, timestamp: body.timestamp ?? Int64(Date().timeIntervalSince1970 * 1000))
             return ok()
         }
         router.post("/tokens") { request, context in

@@ -109,7 +109,10 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
     private var headers = HPACKHeaders()
     private var body: [UInt8] = []
 
-    init(auth: ConnectionAuth, state: SimulatorState, environment: APNsEnvironment, maxConcurrentStreams: Int, clock: @escaping @Sendable () -> Date) {
+    init(
+        auth: ConnectionAuth, state: SimulatorState, environment: APNsEnvironment, maxConcurrentStreams: Int,
+        clock: @escaping @Sendable () -> Date
+    ) {
         self.auth = auth
         self.state = state
         self.environment = environment
@@ -158,7 +161,8 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
                 return state.lastStreamID
             })
         {
-            parent.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil)), promise: nil)
+            parent.writeAndFlush(
+                HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil)), promise: nil)
         }
         if let after = faults.goAwayAfter, connectionRequest > after {
             goAway(context: context, reason: faults.goAwayReason ?? "Shutdown")
@@ -263,7 +267,8 @@ final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         if first {
             let settings = HTTP2Frame(
-                streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: maxConcurrentStreams)])))
+                streamID: .rootStream,
+                payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: maxConcurrentStreams)])))
             context.channel.parent?.writeAndFlush(settings, promise: nil)
         }
     }

@@ -50,12 +50,19 @@ public indirect enum JSONPayload: Sendable, Hashable, Codable {
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.singleValueContainer()
-        if c.decodeNil() { self = .null }
-        else if let v = try? c.decode(Bool.self) { self = .bool(v) }
-        else if let v = try? c.decode(Double.self) { self = .number(v) }
-        else if let v = try? c.decode(String.self) { self = .string(v) }
-        else if let v = try? c.decode([JSONPayload].self) { self = .array(v) }
-        else { self = .object(try c.decode([String: JSONPayload].self)) }
+        if c.decodeNil() {
+            self = .null
+        } else if let v = try? c.decode(Bool.self) {
+            self = .bool(v)
+        } else if let v = try? c.decode(Double.self) {
+            self = .number(v)
+        } else if let v = try? c.decode(String.self) {
+            self = .string(v)
+        } else if let v = try? c.decode([JSONPayload].self) {
+            self = .array(v)
+        } else {
+            self = .object(try c.decode([String: JSONPayload].self))
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {

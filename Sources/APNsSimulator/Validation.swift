@@ -1,8 +1,8 @@
 import BeaconAPNs
 import Crypto
 import Foundation
-import NIOHTTP2
 import NIOHPACK
+import NIOHTTP2
 import Synchronization
 
 /// What the simulator knows about one TLS connection.
@@ -61,7 +61,9 @@ struct RequestValidator {
         let certificateTopics = connection.state.withLock { $0.certificateTopics }
         if certificateTopics == nil {
             if let failure = checkProviderToken(headers.first(name: "authorization"), connection: connection) { return reject(failure) }
-        } else if let certificateEnvironment = connection.state.withLock({ $0.certificateEnvironment }), certificateEnvironment != environment {
+        } else if let certificateEnvironment = connection.state.withLock({ $0.certificateEnvironment }),
+            certificateEnvironment != environment
+        {
             return reject(.badCertificateEnvironment)
         }
 
@@ -107,7 +109,8 @@ struct RequestValidator {
 
         let apnsID = apnsIDHeader ?? UUID().uuidString.lowercased()
         let delivery = SimulatedDelivery(
-            deviceToken: token, topic: topic, pushType: pushType.rawValue, priority: priority, expiration: expiration, collapseID: collapseID,
+            deviceToken: token, topic: topic, pushType: pushType.rawValue, priority: priority, expiration: expiration,
+            collapseID: collapseID,
             apnsID: apnsID, body: body, receivedAt: Int64(now.timeIntervalSince1970 * 1000))
         return (.accepted(apnsID: apnsID), delivery)
     }

@@ -36,7 +36,8 @@ public final class APNsClient: Sendable {
 
         public init(
             connections: Int = 2, maxInFlight: Int = 1000, requestTimeout: Duration = .seconds(10), waitTimeout: Duration = .seconds(30),
-            tokenLifetime: Duration = .seconds(50 * 60), pingInterval: Duration = .seconds(300), pingTimeout: Duration = .seconds(5), reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(30),
+            tokenLifetime: Duration = .seconds(50 * 60), pingInterval: Duration = .seconds(300), pingTimeout: Duration = .seconds(5),
+            reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(30),
             clock: @escaping @Sendable () -> Date = Date.init
         ) {
             self.connections = connections

@@ -139,7 +139,8 @@ final class APNsConnection: Sendable {
             return APNsAccepted(apnsID: apnsID, uniqueID: answer.headers.first(name: "apns-unique-id"))
         }
         let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(answer.body.readableBytesView))
-        throw APNsFailure.rejected(status: answer.status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
+        throw APNsFailure.rejected(
+            status: answer.status, reason: error.map { APNsReason($0.reason) }, apnsID: apnsID, timestamp: error?.timestamp)
     }
 
     /// Why a stream ended without an answer. A GOAWAY closes streams and is reported to `ConnectionEventsHandler`

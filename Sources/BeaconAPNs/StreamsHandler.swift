@@ -146,9 +146,11 @@ final class StreamsHandler: ChannelInboundHandler {
         headersWritten.futureResult.whenFailure { error in
             loopBound.value.finish(id, .failure(APNsFailure.connectionLost("\(error) (not sent)")))
         }
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: request.headers)))), promise: headersWritten)
+        context.write(
+            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: request.headers)))), promise: headersWritten)
         context.writeAndFlush(
-            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))), promise: nil)
+            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))), promise: nil
+        )
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -190,7 +192,8 @@ final class StreamsHandler: ChannelInboundHandler {
             let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
             written.futureResult.whenComplete { _ in loopBound.value.windowGrantedAhead -= increment }
             context.writeAndFlush(
-                wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: written)
+                wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: written
+            )
         }
         context.fireUserInboundEventTriggered(event)
     }

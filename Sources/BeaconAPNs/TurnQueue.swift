@@ -34,7 +34,9 @@ extension TurnQueue {
         let deadline = cutoff.map { min($0, ContinuousClock.now + timeout) } ?? ContinuousClock.now + timeout
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                if let now = takeTurnOrQueue(Waiter(id: id, deadline: deadline, continuation: continuation)) { continuation.resume(with: now) }
+                if let now = takeTurnOrQueue(Waiter(id: id, deadline: deadline, continuation: continuation)) {
+                    continuation.resume(with: now)
+                }
             }
         } onCancel: {
             withdraw(id)?.resume(throwing: CancellationError())

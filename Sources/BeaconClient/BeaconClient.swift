@@ -7,7 +7,7 @@ import Logging
 import Synchronization
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// How a `BeaconClient` reaches its server and identifies its device.
@@ -185,7 +185,8 @@ public actor BeaconClient {
         guard let notifier = options.apnsCertName else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
         let hex = deviceToken.lowercaseHex
         let _: JSONValue = try await request(
-            "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: hex, notifierName: notifier))
+            "PUT", "users/\(username)/push/binding",
+            body: PushBindingRequest(deviceID: options.deviceID, deviceToken: hex, notifierName: notifier))
     }
 
     /// Logs out; with `unbindDeviceToken`, this device stops receiving pushes for the user (otherwise, as with
@@ -193,7 +194,8 @@ public actor BeaconClient {
     public func logout(unbindDeviceToken: Bool) async throws {
         if unbindDeviceToken, let username {
             let _: JSONValue = try await request(
-                "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: "", notifierName: ""))
+                "PUT", "users/\(username)/push/binding",
+                body: PushBindingRequest(deviceID: options.deviceID, deviceToken: "", notifierName: ""))
         }
         await logout()
     }
@@ -210,7 +212,13 @@ public actor BeaconClient {
             await withTaskGroup(of: Void.self) { group in
                 // Waiting for another task's end cannot be cancelled: when the 5 s pass first, the connection itself is
                 // cancelled, so that this child (and the group, which waits for it) ends too.
-                group.addTask { await withTaskCancellationHandler { await task?.value } onCancel: { task?.cancel() } }
+                group.addTask {
+                    await withTaskCancellationHandler {
+                        await task?.value
+                    } onCancel: {
+                        task?.cancel()
+                    }
+                }
                 group.addTask { try? await Task.sleep(for: .seconds(5)) }
                 try? await outbound.writeTextMessage(ClientFrame.logout.json)
                 await group.next()
@@ -280,7 +288,8 @@ public actor BeaconClient {
     private func connectionLoop() async {
         var delay = options.reconnectDelay
         while !Task.isCancelled, let token {
-            var url = URLComponents(url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)!
+            var url = URLComponents(
+                url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)!
             url.scheme = url.scheme == "https" ? "wss" : "ws"
             url.queryItems = [
                 URLQueryItem(name: "device_id", value: options.deviceID), URLQueryItem(name: "reads_since", value: String(readsVersion)),

@@ -62,13 +62,17 @@ public enum MessageContent: Sendable, Hashable {
             self = .text(text)
         case .img:
             guard let url = body["url"]?.stringValue else { return nil }
-            self = .image(url: url, filename: body["filename"]?.stringValue, width: body["size"]?["width"]?.intValue, height: body["size"]?["height"]?.intValue)
+            self = .image(
+                url: url, filename: body["filename"]?.stringValue, width: body["size"]?["width"]?.intValue,
+                height: body["size"]?["height"]?.intValue)
         case .audio:
             guard let url = body["url"]?.stringValue else { return nil }
             self = .voice(url: url, seconds: body["length"]?.intValue ?? 0, filename: body["filename"]?.stringValue)
         case .video:
             guard let url = body["url"]?.stringValue else { return nil }
-            self = .video(url: url, seconds: body["length"]?.intValue ?? 0, thumbnail: body["thumb"]?.stringValue, filename: body["filename"]?.stringValue)
+            self = .video(
+                url: url, seconds: body["length"]?.intValue ?? 0, thumbnail: body["thumb"]?.stringValue,
+                filename: body["filename"]?.stringValue)
         case .file:
             guard let url = body["url"]?.stringValue else { return nil }
             self = .file(url: url, filename: body["filename"]?.stringValue ?? "")

@@ -73,13 +73,16 @@ extension BeaconClient {
     }
 
     public func getSilentModeForAll() async throws -> SilentModeResult {
-        let answer: Envelope<SettingsBody> = try await request("GET", "users/\(try currentUser())/notification/user/\(try currentUser())", body: nil as String?)
+        let answer: Envelope<SettingsBody> = try await request(
+            "GET", "users/\(try currentUser())/notification/user/\(try currentUser())", body: nil as String?)
         return Self.result(answer.data, conversation: nil, type: nil)
     }
 
     /// One conversation's push mode and do-not-disturb (`interval` is app level only).
     @discardableResult
-    public func setSilentModeForConversation(_ conversationID: String, type: ChatType, param: SilentModeParam) async throws -> SilentModeResult {
+    public func setSilentModeForConversation(_ conversationID: String, type: ChatType, param: SilentModeParam) async throws
+        -> SilentModeResult
+    {
         var result = try await putSettings(chattype: Self.chattype(type), key: conversationID, param: param)
         result.conversationID = conversationID
         result.conversationType = type
@@ -121,7 +124,8 @@ extension BeaconClient {
 
     /// 0 SimpleBanner, 1 MessageSummary.
     public func updatePushDisplayStyle(_ style: Int) async throws {
-        let _: Envelope<[UserEntity]> = try await request("PUT", "users/\(try currentUser())", body: UpdateUserRequest(notificationDisplayStyle: style))
+        let _: Envelope<[UserEntity]> = try await request(
+            "PUT", "users/\(try currentUser())", body: UpdateUserRequest(notificationDisplayStyle: style))
     }
 
     public func getPushNotificationOptionsFromServer() async throws -> PushOptions {
@@ -133,7 +137,8 @@ extension BeaconClient {
     /// Pushes use the message's translation into `language` when it carries one; empty turns this off.
     public func setPreferredNotificationLanguage(_ language: String) async throws {
         struct Body: Codable { var translationLanguage: String }
-        let _: Envelope<Body> = try await request("PUT", "users/\(try currentUser())/notification/language", body: Body(translationLanguage: language))
+        let _: Envelope<Body> = try await request(
+            "PUT", "users/\(try currentUser())/notification/language", body: Body(translationLanguage: language))
     }
 
     public func getPreferredNotificationLanguage() async throws -> String {
@@ -150,7 +155,8 @@ extension BeaconClient {
             type: param.remindType?.rawValue,
             ignoreInterval: param.interval.map { "\($0.startHour):\($0.startMinute)-\($0.endHour):\($0.endMinute)" },
             ignoreDuration: param.durationMinutes.map { Int64($0) * 60_000 })
-        let answer: Envelope<SettingsBody> = try await request("PUT", "users/\(try currentUser())/notification/\(chattype)/\(key)", body: body)
+        let answer: Envelope<SettingsBody> = try await request(
+            "PUT", "users/\(try currentUser())/notification/\(chattype)/\(key)", body: body)
         return Self.result(answer.data, conversation: nil, type: nil)
     }
 
@@ -233,7 +239,8 @@ public struct PushPayload: Sendable, Hashable {
         extra = root["e"]
         if let beacon = root["beacon"], let badge = beacon["badge"]?.intValue {
             let reads: [Withdrawal.Read] = (beacon["read"]?.arrayValue ?? []).compactMap { read in
-                guard let type = read["chat_type"]?.stringValue.flatMap(ChatType.init), let conversation = read["conversation"]?.stringValue,
+                guard let type = read["chat_type"]?.stringValue.flatMap(ChatType.init),
+                    let conversation = read["conversation"]?.stringValue,
                     let upTo = read["up_to"]?.stringValue.flatMap({ UInt64($0) })
                 else { return nil }
                 return Withdrawal.Read(chatType: type, conversation: conversation, upTo: upTo)
@@ -252,19 +259,19 @@ public struct PushPayload: Sendable, Hashable {
 }
 
 #if canImport(UserNotifications)
-import UserNotifications
+    import UserNotifications
 
-extension PushPayload.Withdrawal {
-    /// Removes the delivered notifications of messages now read and sets the app's badge: what the app does with
-    /// Beacon's background push (`application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`).
-    @available(iOS 16.0, macOS 13.0, watchOS 9.0, tvOS 16.0, *)
-    public func apply(to center: UNUserNotificationCenter = .current()) async {
-        let delivered = await center.deliveredNotifications()
-        let read = delivered.filter { notification in
-            (try? PushPayload(userInfo: notification.request.content.userInfo)).map(covers) ?? false
+    extension PushPayload.Withdrawal {
+        /// Removes the delivered notifications of messages now read and sets the app's badge: what the app does with
+        /// Beacon's background push (`application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`).
+        @available(iOS 16.0, macOS 13.0, watchOS 9.0, tvOS 16.0, *)
+        public func apply(to center: UNUserNotificationCenter = .current()) async {
+            let delivered = await center.deliveredNotifications()
+            let read = delivered.filter { notification in
+                (try? PushPayload(userInfo: notification.request.content.userInfo)).map(covers) ?? false
+            }
+            center.removeDeliveredNotifications(withIdentifiers: read.map(\.request.identifier))
+            try? await center.setBadgeCount(badge)
         }
-        center.removeDeliveredNotifications(withIdentifiers: read.map(\.request.identifier))
-        try? await center.setBadgeCount(badge)
     }
-}
 #endif

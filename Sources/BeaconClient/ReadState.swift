@@ -32,7 +32,8 @@ extension BeaconClient {
     /// The user's conversations, most recent first, with unread counts.
     public func conversations() async throws -> [ConversationInfo] {
         guard let username else { throw BeaconClientError.notLoggedIn }
-        let answer: Envelope<[ConversationInfo]> = try await request("GET", "users/\(username)/conversations", body: Optional<JSONValue>.none)
+        let answer: Envelope<[ConversationInfo]> = try await request(
+            "GET", "users/\(username)/conversations", body: Optional<JSONValue>.none)
         return answer.entities ?? []
     }
 }

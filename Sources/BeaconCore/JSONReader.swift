@@ -142,7 +142,9 @@ public enum JSONReader {
                 while isDigit(current) { position += 1 }
             }
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<position]), as: UTF8.self)
-            guard let number = Double(text), number.isFinite else { throw Malformed(offset: start, reason: "\(text) is not a finite number") }
+            guard let number = Double(text), number.isFinite else {
+                throw Malformed(offset: start, reason: "\(text) is not a finite number")
+            }
             return .number(number)
         }
 
@@ -193,7 +195,8 @@ public enum JSONReader {
                 var scalar = UInt32(try readHex4())
                 if (0xD800..<0xDC00).contains(scalar) {
                     // A high surrogate: its low half must follow as another \u escape.
-                    guard bytes.count - position >= 2, bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u") else {
+                    guard bytes.count - position >= 2, bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u")
+                    else {
                         throw malformed("a high surrogate without its low surrogate")
                     }
                     position += 2

@@ -81,8 +81,10 @@ public enum JSONWriter {
             case "\r": escape = "\\r"
             case "\t": escape = "\\t"
             default:
-                escape = scalar.value < 0x20 ? "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-                    + String(scalar.value, radix: 16) : nil
+                escape =
+                    scalar.value < 0x20
+                    ? "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                        + String(scalar.value, radix: 16) : nil
             }
             if let escape {
                 output.unicodeScalars.append(contentsOf: scalars[plainStart..<index])

@@ -36,7 +36,10 @@ public enum Validation {
     /// Org and app names: letters, digits, `_ - .`, 1–64 characters.
     public static func isValidName(_ name: String) -> Bool {
         (1...64).contains(name.utf8.count)
-            && name.utf8.allSatisfy { isLowerAlnum($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") }
+            && name.utf8.allSatisfy {
+                isLowerAlnum($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || $0 == UInt8(ascii: "_")
+                    || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
+            }
     }
 
     public static func validatePassword(_ password: String) throws(BeaconError) {

@@ -108,7 +108,9 @@ extension PostgresStore: ClusterStore {
 
     public func liveNodes() async throws -> [ClusterNode] {
         try await rows("SELECT epoch, name, slot FROM cluster_nodes WHERE heartbeat_at > 0 ORDER BY started_at, epoch").map { row in
-            try Self.node(epoch: try row["epoch"].decode(Int64.self), name: try row["name"].decode(String.self), slot: try row["slot"].decode(Int.self))
+            try Self.node(
+                epoch: try row["epoch"].decode(Int64.self), name: try row["name"].decode(String.self),
+                slot: try row["slot"].decode(Int.self))
         }
     }
 
@@ -126,16 +128,18 @@ extension PostgresStore: ClusterStore {
         try await transaction { transaction in
             // The node must still be live, and stays so until commit: a rescuer's FOR UPDATE waits for this lock, so a node
             // declared dead can never leave a presence row behind.
-            let live = try await transaction.query(
-                "SELECT 1 FROM cluster_nodes WHERE epoch = \(node) AND heartbeat_at > 0 FOR KEY SHARE", logger: logger
-            ).collect().count == 1
+            let live =
+                try await transaction.query(
+                    "SELECT 1 FROM cluster_nodes WHERE epoch = \(node) AND heartbeat_at > 0 FOR KEY SHARE", logger: logger
+                ).collect().count == 1
             guard live else { return .nodeGone }
             // One connection of a device at a time: two first connections would otherwise both insert, neither seeing the other.
             let lockKey = "presence/\(device.app)/\(device.username)/\(device.deviceID)"
             try await transaction.query("SELECT pg_advisory_xact_lock(hashtextextended(\(lockKey), 0))", logger: logger)
-            let openedAt = try await transaction.query(
-                "SELECT \(unescaped: Self.databaseNow) - \(max(0, openedAgo)) AS opened_at", logger: logger
-            ).collect().first?.decode(Int64.self) ?? 0
+            let openedAt =
+                try await transaction.query(
+                    "SELECT \(unescaped: Self.databaseNow) - \(max(0, openedAgo)) AS opened_at", logger: logger
+                ).collect().first?.decode(Int64.self) ?? 0
             let earlier = try await transaction.query(
                 """
                 SELECT node_epoch, connection_id, connected_at FROM device_presence

@@ -55,7 +55,9 @@ extension PostgresStore {
         let users = try await rows("SELECT COUNT(*) AS n FROM users WHERE app_id = \(app)").first?["n"].decode(Int64.self) ?? 0
         // By id, a range of the primary key: ids are time-ordered.
         let firstID = Int64(bitPattern: MessageIDGenerator.firstID(atOrAfter: since))
-        let messages = try await rows("SELECT COUNT(*) AS n FROM messages WHERE app_id = \(app) AND id >= \(firstID)").first?["n"].decode(Int64.self) ?? 0
+        let messages =
+            try await rows("SELECT COUNT(*) AS n FROM messages WHERE app_id = \(app) AND id >= \(firstID)").first?["n"].decode(Int64.self)
+            ?? 0
         let pushes = try await rows(
             """
             SELECT status, COALESCE(last_reason, '') AS reason, COUNT(*) AS n FROM push_jobs
@@ -64,7 +66,8 @@ extension PostgresStore {
             """
         ).map { row in
             AppActivity.Outcome(
-                status: try row["status"].decode(String.self), reason: try row["reason"].decode(String.self), count: Int(try row["n"].decode(Int64.self)))
+                status: try row["status"].decode(String.self), reason: try row["reason"].decode(String.self),
+                count: Int(try row["n"].decode(Int64.self)))
         }
         return AppActivity(users: Int(users), messages: Int(messages), pushes: pushes)
     }

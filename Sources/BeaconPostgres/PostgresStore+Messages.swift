@@ -28,12 +28,13 @@ extension PostgresStore {
                     """, logger: logger
                 ).collect().count
                 if inserted == 0 {
-                    let earlier = try await connection.query(
-                        """
-                        SELECT message_ids FROM send_receipts
-                        WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
-                        """, logger: logger
-                    ).collect().first.map { try $0.decode(String.self) } ?? "{}"
+                    let earlier =
+                        try await connection.query(
+                            """
+                            SELECT message_ids FROM send_receipts
+                            WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
+                            """, logger: logger
+                        ).collect().first.map { try $0.decode(String.self) } ?? "{}"
                     return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
             }
@@ -60,11 +61,17 @@ extension PostgresStore {
                 }
             }
             var entries: [InboxEntry] = []
-            var messageRows: (ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
-                exts: [String], timestamps: [Int64]) = ([], [], [], [], [], [], [], [])
+            var messageRows:
+                (
+                    ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
+                    exts: [String], timestamps: [Int64]
+                ) = ([], [], [], [], [], [], [], [])
             // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
-            var inboxRows: (usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
-                origins: [String], created: [Int64], counts: [Bool]) = ([], [], [], [], [], [], [], [])
+            var inboxRows:
+                (
+                    usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
+                    origins: [String], created: [Int64], counts: [Bool]
+                ) = ([], [], [], [], [], [], [], [])
             var routes: (ids: [Int64], created: [Int64]) = ([], [])
             for (new, id, body, ext) in encoded {
                 let message = new.message
@@ -187,15 +194,16 @@ extension PostgresStore {
 
     public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
         guard let id = messageID.storedID else { return nil }
-        guard let row = try await rows(
-            """
-            SELECT i.seq, COALESCE((SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = i.app_id AND c.username = i.username), 0) AS acked
-            FROM inbox i WHERE i.app_id = \(app) AND i.message_id = \(id) AND i.username = \(username)
-            """
-        ).first else { return nil }
+        guard
+            let row = try await rows(
+                """
+                SELECT i.seq, COALESCE((SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = i.app_id AND c.username = i.username), 0) AS acked
+                FROM inbox i WHERE i.app_id = \(app) AND i.message_id = \(id) AND i.username = \(username)
+                """
+            ).first
+        else { return nil }
         return try row["acked"].decode(Int64.self) >= row["seq"].decode(Int64.self) ? .delivered : .undelivered
     }
-
 
     // MARK: Retention
 
@@ -238,7 +246,8 @@ extension PostgresStore {
                     AND NOT EXISTS (SELECT 1 FROM pending_routes r WHERE r.app_id = m.app_id AND r.message_id = m.id)
                 LIMIT \(Self.retentionBatch))
             RETURNING 1
-            """) == Self.retentionBatch {}
+            """) == Self.retentionBatch
+        {}
         // Finished push records are kept as long as messages are, and so are cursors of devices unseen that long;
         // send receipts answer retries for 24 h.
         while try await execute(
@@ -248,20 +257,23 @@ extension PostgresStore {
                 LIMIT \(Self.retentionBatch)),
             attempts AS (DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM finished))
             DELETE FROM push_jobs WHERE id IN (SELECT id FROM finished) RETURNING 1
-            """) == Self.retentionBatch {}
+            """) == Self.retentionBatch
+        {}
         while try await execute(
             """
             DELETE FROM send_receipts WHERE ctid IN (
                 SELECT ctid FROM send_receipts WHERE app_id = \(app.id) AND created_at < \(now - SendReceipt.lifetime)
                 LIMIT \(Self.retentionBatch))
             RETURNING 1
-            """) == Self.retentionBatch {}
+            """) == Self.retentionBatch
+        {}
         while try await execute(
             """
             DELETE FROM device_cursors WHERE ctid IN (
                 SELECT ctid FROM device_cursors WHERE app_id = \(app.id) AND updated_at < \(cutoff) LIMIT \(Self.retentionBatch))
             RETURNING 1
-            """) == Self.retentionBatch {}
+            """) == Self.retentionBatch
+        {}
         try await trimWebhookOutbox(app: app.id)
         return removed
     }

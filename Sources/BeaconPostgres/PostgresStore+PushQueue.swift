@@ -24,10 +24,12 @@ extension PostgresStore {
             let app = try row["route_app"].decode(Int64.self)
             guard try row["present"].decode(Int64?.self) != nil else {
                 // Its message is gone (retention): nothing is left to push.
-                try await execute("DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(try row["route_message"].decode(Int64.self))")
+                try await execute(
+                    "DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(try row["route_message"].decode(Int64.self))")
                 continue
             }
-            routes.append(PendingRoute(app: app, message: try Self.message(from: row), recipients: try row["recipients"].decode([String].self)))
+            routes.append(
+                PendingRoute(app: app, message: try Self.message(from: row), recipients: try row["recipients"].decode([String].self)))
         }
         return routes
     }
@@ -73,9 +75,12 @@ extension PostgresStore {
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }
         // postgres-nio binds arrays without NULL elements: "" stands for none (no collapse id or reason is empty).
-        var columns: (usernames: [String], devices: [String], notifiers: [String], tokens: [String], topics: [String], types: [String],
-            priorities: [Int64], expirations: [Int64], collapseIDs: [String], apnsIDs: [String], payloads: [String], statuses: [String],
-            reasons: [String]) = ([], [], [], [], [], [], [], [], [], [], [], [], [])
+        var columns:
+            (
+                usernames: [String], devices: [String], notifiers: [String], tokens: [String], topics: [String], types: [String],
+                priorities: [Int64], expirations: [Int64], collapseIDs: [String], apnsIDs: [String], payloads: [String], statuses: [String],
+                reasons: [String]
+            ) = ([], [], [], [], [], [], [], [], [], [], [], [], [])
         for job in route.jobs {
             columns.usernames.append(job.username)
             columns.devices.append(job.deviceID)
@@ -229,22 +234,22 @@ extension PostgresStore {
             try await connection.query(
                 "SELECT id FROM push_jobs WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
             return try await connection.query(
-            """
-            WITH outcome AS (
-                SELECT id, token, status, NULLIF(http_status, -1) AS http_status, NULLIF(reason, '') AS reason,
-                    NULLIF(next_attempt_at, -1) AS next_attempt_at
-                FROM unnest(\(ids)::bigint[], \(tokens)::bigint[], \(statuses)::text[], \(httpStatuses)::bigint[], \(reasons)::text[],
-                    \(nextAttempts)::bigint[]) AS o(id, token, status, http_status, reason, next_attempt_at)),
-            updated AS (
-                UPDATE push_jobs j SET status = o.status, last_status = o.http_status, last_reason = o.reason, updated_at = \(now),
-                    next_attempt_at = COALESCE(o.next_attempt_at, j.next_attempt_at), claimed_until = 0,
-                    claimed_by = 0
-                FROM outcome o WHERE j.id = o.id AND j.claim_token = o.token AND j.status = 'pending'
-                RETURNING j.id, o.http_status, o.reason, o.status)
-            INSERT INTO push_attempts (job_id, at, http_status, reason, outcome)
-            SELECT id, \(now), http_status, reason, status FROM updated ORDER BY id
-            RETURNING 1
-            """, logger: logger
+                """
+                WITH outcome AS (
+                    SELECT id, token, status, NULLIF(http_status, -1) AS http_status, NULLIF(reason, '') AS reason,
+                        NULLIF(next_attempt_at, -1) AS next_attempt_at
+                    FROM unnest(\(ids)::bigint[], \(tokens)::bigint[], \(statuses)::text[], \(httpStatuses)::bigint[], \(reasons)::text[],
+                        \(nextAttempts)::bigint[]) AS o(id, token, status, http_status, reason, next_attempt_at)),
+                updated AS (
+                    UPDATE push_jobs j SET status = o.status, last_status = o.http_status, last_reason = o.reason, updated_at = \(now),
+                        next_attempt_at = COALESCE(o.next_attempt_at, j.next_attempt_at), claimed_until = 0,
+                        claimed_by = 0
+                    FROM outcome o WHERE j.id = o.id AND j.claim_token = o.token AND j.status = 'pending'
+                    RETURNING j.id, o.http_status, o.reason, o.status)
+                INSERT INTO push_attempts (job_id, at, http_status, reason, outcome)
+                SELECT id, \(now), http_status, reason, status FROM updated ORDER BY id
+                RETURNING 1
+                """, logger: logger
             ).collect().count
         }
     }
@@ -289,7 +294,8 @@ extension PostgresStore {
             let outcomes = try row["attempt_outcome"].decode([String].self)
             job.history = at.indices.map { index in
                 PushAttempt(
-                    at: at[index], httpStatus: statuses[index] < 0 ? nil : Int(statuses[index]), reason: reasons[index].isEmpty ? nil : reasons[index],
+                    at: at[index], httpStatus: statuses[index] < 0 ? nil : Int(statuses[index]),
+                    reason: reasons[index].isEmpty ? nil : reasons[index],
                     outcome: PushJobStatus(rawValue: outcomes[index]) ?? .pending)
             }
             return job

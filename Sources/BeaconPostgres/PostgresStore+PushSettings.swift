@@ -31,12 +31,14 @@ extension PostgresStore {
         try await execute("DELETE FROM push_configs WHERE app_id = \(app) AND name = \(name) RETURNING 1") > 0
     }
 
-    private static let configColumns = "app_id, name, kind, environment, bundle_id, voip, key_id, team_id, sealed_secret, expires_at, created_at"
+    private static let configColumns =
+        "app_id, name, kind, environment, bundle_id, voip, key_id, team_id, sealed_secret, expires_at, created_at"
 
     private static func pushConfig(from row: PostgresRandomAccessRow) throws -> PushConfigRecord {
         PushConfigRecord(
             appID: try row["app_id"].decode(Int64.self), name: try row["name"].decode(String.self),
-            kind: PushConfigRecord.Kind(rawValue: try row["kind"].decode(String.self)) ?? .p8, environment: try row["environment"].decode(String.self),
+            kind: PushConfigRecord.Kind(rawValue: try row["kind"].decode(String.self)) ?? .p8,
+            environment: try row["environment"].decode(String.self),
             bundleID: try row["bundle_id"].decode(String.self), voip: try row["voip"].decode(Bool.self),
             keyID: try row["key_id"].decode(String?.self), teamID: try row["team_id"].decode(String?.self),
             sealedSecret: [UInt8](try row["sealed_secret"].decode(Data.self)), expiresAt: try row["expires_at"].decode(Int64?.self),
@@ -94,7 +96,8 @@ extension PostgresStore {
         try await execute("DELETE FROM push_bindings WHERE app_id = \(app) AND username = \(username)")
     }
 
-    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool
+    {
         try await transaction { connection in
             // A dead VoIP token takes only itself away; a dead alert token, the binding. Each statement records a
             // `binding_removed` event for exactly the rows it changed (the webhook row is key-share locked, so a concurrent
@@ -264,7 +267,8 @@ extension PostgresStore {
     }
 
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
-        let row = try await rows("SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = \(app)").first
+        let row = try await rows("SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = \(app)")
+            .first
         let strings = try row.flatMap { row in
             try? JSONDecoder().decode([String: String].self, from: Data(try row["display_strings"].decode(String.self).utf8))
         }

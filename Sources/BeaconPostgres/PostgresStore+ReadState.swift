@@ -12,9 +12,11 @@ extension PostgresStore {
         let upToID = upTo.map { $0.storedID ?? Int64.max } ?? Int64.max
         return try await transaction { connection in
             // The user's row is locked: two reads of the same user (on two nodes) count their versions one after the other.
-            guard let user = try await connection.query(
-                "SELECT badge, badge_seq, read_version FROM users WHERE app_id = \(app) AND username = \(username) FOR UPDATE", logger: logger
-            ).collect().first?.makeRandomAccess()
+            guard
+                let user = try await connection.query(
+                    "SELECT badge, badge_seq, read_version FROM users WHERE app_id = \(app) AND username = \(username) FOR UPDATE",
+                    logger: logger
+                ).collect().first?.makeRandomAccess()
             else { throw BeaconError(.userNotFound, "user \(username) does not exist") }
             var reported = try user["badge"].decode(Int.self)
             let reportedThrough = try user["badge_seq"].decode(Int64.self)
@@ -38,28 +40,31 @@ extension PostgresStore {
             var pushed: Set<SkippedDevice> = []
             for target in targets {
                 guard let conversationID = ConversationID(target) else { continue }
-                let previous = try await connection.query(
-                    """
-                    SELECT read_seq FROM conversation_reads WHERE app_id = \(app) AND username = \(username) AND conversation = \(target)
-                    """, logger: logger
-                ).collect().first?.decode(Int64.self) ?? 0
+                let previous =
+                    try await connection.query(
+                        """
+                        SELECT read_seq FROM conversation_reads WHERE app_id = \(app) AND username = \(username) AND conversation = \(target)
+                        """, logger: logger
+                    ).collect().first?.decode(Int64.self) ?? 0
                 // The named message, else the newest entry before it (the named one may have been trimmed).
-                guard let (seq, messageID) = try await connection.query(
-                    """
-                    SELECT seq, message_id FROM inbox
-                    WHERE app_id = \(app) AND username = \(username) AND conversation = \(target) AND message_id <= \(upToID)
-                    ORDER BY message_id = \(upToID) DESC, seq DESC LIMIT 1
-                    """, logger: logger
-                ).collect().first?.decode((Int64, Int64).self), seq > previous
+                guard
+                    let (seq, messageID) = try await connection.query(
+                        """
+                        SELECT seq, message_id FROM inbox
+                        WHERE app_id = \(app) AND username = \(username) AND conversation = \(target) AND message_id <= \(upToID)
+                        ORDER BY message_id = \(upToID) DESC, seq DESC LIMIT 1
+                        """, logger: logger
+                    ).collect().first?.decode((Int64, Int64).self), seq > previous
                 else { continue }
                 if reportedThrough > previous {
                     // What the client's reported total counted and is now read no longer counts.
-                    let nowRead = try await connection.query(
-                        """
-                        SELECT COUNT(*) FROM inbox WHERE app_id = \(app) AND username = \(username) AND conversation = \(target) AND counts
-                            AND seq > \(previous) AND seq <= \(min(seq, reportedThrough))
-                        """, logger: logger
-                    ).collect().first?.decode(Int.self) ?? 0
+                    let nowRead =
+                        try await connection.query(
+                            """
+                            SELECT COUNT(*) FROM inbox WHERE app_id = \(app) AND username = \(username) AND conversation = \(target) AND counts
+                                AND seq > \(previous) AND seq <= \(min(seq, reportedThrough))
+                            """, logger: logger
+                        ).collect().first?.decode(Int.self) ?? 0
                     reported = max(0, reported - nowRead)
                 }
                 // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
@@ -187,7 +192,8 @@ extension PostgresStore {
 
     private static func readMarker(from row: PostgresRandomAccessRow) throws -> ReadMarker? {
         guard let seq = try row["read_seq"].decode(Int64?.self), let upTo = try row["up_to"].decode(Int64?.self),
-            let version = try row["version"].decode(Int64?.self), let conversation = ConversationID(try row["conversation"].decode(String.self))
+            let version = try row["version"].decode(Int64?.self),
+            let conversation = ConversationID(try row["conversation"].decode(String.self))
         else { return nil }
         return ReadMarker(conversation: conversation, seq: seq, upTo: UInt64(bitPattern: upTo), version: version)
     }

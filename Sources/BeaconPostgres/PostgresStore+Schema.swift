@@ -23,9 +23,10 @@ extension PostgresStore {
                 if let schema {
                     // Created only when missing (a schema a DBA made beforehand needs no CREATE privilege on the
                     // database), under the lock (two nodes starting together), quoted (validated when the URL was read).
-                    let exists = try await connection.query(
-                        "SELECT 1 FROM pg_namespace WHERE nspname = \(schema)", logger: logger
-                    ).collect().count > 0
+                    let exists =
+                        try await connection.query(
+                            "SELECT 1 FROM pg_namespace WHERE nspname = \(schema)", logger: logger
+                        ).collect().count > 0
                     if !exists {
                         try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA \"\(schema)\""), logger: logger)
                     }
@@ -293,7 +294,7 @@ extension PostgresStore {
                     RETURN NULL;
                 END
                 $$
-                """,
+                """
             ]),
         Migration(
             version: "v6-console-sessions",

@@ -9,7 +9,8 @@ extension PostgresStore {
     public func setWebhook(_ config: WebhookConfig?, app: Int64, now: Int64) async throws -> WebhookState? {
         try await transaction { connection in
             // Deleting waits for pushes recording events (their key-share locks), so none is left behind; replacing does not.
-            let previous = try await Self.webhook(app: app, connection: connection, logger: logger, lock: config == nil ? .forUpdate : .forNoKeyUpdate)
+            let previous = try await Self.webhook(
+                app: app, connection: connection, logger: logger, lock: config == nil ? .forUpdate : .forNoKeyUpdate)
             if let config {
                 // A new configuration starts afresh, and fences out a batch claimed under the old one (claim_token).
                 try await connection.query(
@@ -39,9 +40,11 @@ extension PostgresStore {
     }
 
     private static func webhook(app: Int64, connection: PostgresConnection, logger: Logger, lock: RowLock?) async throws -> WebhookState? {
-        let query: PostgresQuery = "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app) \(unescaped: lock?.rawValue ?? "")"
+        let query: PostgresQuery =
+            "SELECT \(unescaped: webhookColumns) FROM webhooks WHERE app_id = \(app) \(unescaped: lock?.rawValue ?? "")"
         guard let row = try await connection.query(query, logger: logger).collect().first?.makeRandomAccess() else { return nil }
-        let pending = try await connection.query("SELECT COUNT(*) FROM webhook_events WHERE app_id = \(app)", logger: logger)
+        let pending =
+            try await connection.query("SELECT COUNT(*) FROM webhook_events WHERE app_id = \(app)", logger: logger)
             .collect().first?.decode(Int64.self) ?? 0
         return WebhookState(
             config: try webhookConfig(from: row), pendingEvents: Int(pending), consecutiveFailures: try row["failures"].decode(Int.self),
@@ -82,7 +85,8 @@ extension PostgresStore {
                 events.append(try Self.webhookEvent(from: event.makeRandomAccess()))
             }
             return WebhookBatch(
-                app: app, config: try Self.webhookConfig(from: row), events: events, consecutiveFailures: try row["failures"].decode(Int.self),
+                app: app, config: try Self.webhookConfig(from: row), events: events,
+                consecutiveFailures: try row["failures"].decode(Int.self),
                 claimToken: try row["claim_token"].decode(Int64.self))
         }
     }
@@ -127,9 +131,12 @@ extension PostgresStore {
                 (SELECT MIN(e.at) FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled) AS oldest,
                 (SELECT COALESCE(SUM(dropped_events), 0)::BIGINT FROM webhooks WHERE enabled) AS dropped
             """
-        guard let row = try await rows(PostgresQuery(unsafeSQL: query)).first else { return WebhookOutboxStats(pending: 0, oldest: nil, dropped: 0) }
+        guard let row = try await rows(PostgresQuery(unsafeSQL: query)).first else {
+            return WebhookOutboxStats(pending: 0, oldest: nil, dropped: 0)
+        }
         return WebhookOutboxStats(
-            pending: Int(try row["pending"].decode(Int64.self)), oldest: try row["oldest"].decode(Int64?.self), dropped: try row["dropped"].decode(Int64.self))
+            pending: Int(try row["pending"].decode(Int64.self)), oldest: try row["oldest"].decode(Int64?.self),
+            dropped: try row["dropped"].decode(Int64.self))
     }
 
     /// Drops the app's oldest events beyond `WebhookOutbox.maxEventsPerApp`, counting them on the webhook.

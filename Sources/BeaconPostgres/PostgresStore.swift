@@ -80,7 +80,9 @@ public final class PostgresStore: BeaconStore {
         configuration.options.maximumConnections = max(3, Int(query["pool_size"] ?? "") ?? 16)
         let schema = query["schema"]
         if let schema {
-            guard !schema.isEmpty, schema.utf8.count <= 63, schema.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
+            guard !schema.isEmpty, schema.utf8.count <= 63,
+                schema.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") })
+            else {
                 throw BeaconError(.illegalArgument, "schema must be 1-63 characters of a-z, 0-9 and _")
             }
             configuration.options.additionalStartupParameters = [("search_path", schema)]
@@ -154,7 +156,9 @@ public final class PostgresStore: BeaconStore {
 
     // MARK: Apps
 
-    public func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws -> AppRecord {
+    public func createApp(_ key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, now: Int64) async throws
+        -> AppRecord
+    {
         try await Self.mapConstraint("app \(key) already exists") {
             let inserted = try await rows(
                 """
@@ -163,13 +167,16 @@ public final class PostgresStore: BeaconStore {
                     \(limits.maxAgeSeconds), \(now))
                 RETURNING id
                 """)
-            guard let id = try inserted.first?["id"].decode(Int64.self) else { throw BeaconError(.internalError, "app insert returned no id") }
+            guard let id = try inserted.first?["id"].decode(Int64.self) else {
+                throw BeaconError(.internalError, "app insert returned no id")
+            }
             return AppRecord(id: id, key: key, clientID: clientID, clientSecretHash: clientSecretHash, limits: limits, createdAt: now)
         }
     }
 
     public func app(_ key: AppKey) async throws -> AppRecord? {
-        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps WHERE org = \(key.org) AND name = \(key.name)").first.map(Self.app(from:))
+        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps WHERE org = \(key.org) AND name = \(key.name)").first.map(
+            Self.app(from:))
     }
 
     public func app(id: Int64) async throws -> AppRecord? {
@@ -199,7 +206,8 @@ public final class PostgresStore: BeaconStore {
 
     private static func app(from row: PostgresRandomAccessRow) throws -> AppRecord {
         AppRecord(
-            id: try row["id"].decode(Int64.self), key: AppKey(org: try row["org"].decode(String.self), name: try row["name"].decode(String.self)),
+            id: try row["id"].decode(Int64.self),
+            key: AppKey(org: try row["org"].decode(String.self), name: try row["name"].decode(String.self)),
             clientID: try row["client_id"].decode(String.self), clientSecretHash: try row["client_secret_hash"].decode(String.self),
             limits: OfflineLimits(
                 perChat: try row["per_chat"].decode(Int.self), perGroup: try row["per_group"].decode(Int.self),
@@ -230,7 +238,8 @@ public final class PostgresStore: BeaconStore {
     }
 
     public func user(_ username: String, app: Int64) async throws -> UserRecord? {
-        try await rows("SELECT \(unescaped: Self.userColumns) FROM users WHERE app_id = \(app) AND username = \(username)").first.map(Self.userRecord)
+        try await rows("SELECT \(unescaped: Self.userColumns) FROM users WHERE app_id = \(app) AND username = \(username)").first.map(
+            Self.userRecord)
     }
 
     public func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord] {
@@ -258,9 +267,10 @@ public final class PostgresStore: BeaconStore {
 
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
         guard !usernames.isEmpty else { return [] }
-        return Set(try await rows("SELECT username FROM users WHERE app_id = \(app) AND username = ANY(\(usernames))").map {
-            try $0["username"].decode(String.self)
-        })
+        return Set(
+            try await rows("SELECT username FROM users WHERE app_id = \(app) AND username = ANY(\(usernames))").map {
+                try $0["username"].decode(String.self)
+            })
     }
 
     public func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord? {
@@ -275,7 +285,8 @@ public final class PostgresStore: BeaconStore {
 
     public func revokeTokens(of username: String, app: Int64, before instant: Int64) async throws {
         try await execute(
-            "UPDATE users SET tokens_valid_after = GREATEST(tokens_valid_after, \(instant)) WHERE app_id = \(app) AND username = \(username)")
+            "UPDATE users SET tokens_valid_after = GREATEST(tokens_valid_after, \(instant)) WHERE app_id = \(app) AND username = \(username)"
+        )
     }
 
     public func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool {
@@ -354,14 +365,16 @@ public final class PostgresStore: BeaconStore {
             "SELECT app_id, id, name, description, owner, max_users, created_at FROM chat_groups WHERE app_id = \(app) AND id = \(id)"
         ).first.map { row in
             GroupRecord(
-                appID: try row["app_id"].decode(Int64.self), id: try row["id"].decode(String.self), name: try row["name"].decode(String.self),
+                appID: try row["app_id"].decode(Int64.self), id: try row["id"].decode(String.self),
+                name: try row["name"].decode(String.self),
                 description: try row["description"].decode(String.self), owner: try row["owner"].decode(String.self),
                 maxUsers: try row["max_users"].decode(Int.self), createdAt: try row["created_at"].decode(Int64.self))
         }
     }
 
     public func groupMembers(_ id: String, app: Int64) async throws -> [String] {
-        try await rows("SELECT username FROM group_members WHERE app_id = \(app) AND group_id = \(id) ORDER BY username COLLATE \"C\"").map {
+        try await rows("SELECT username FROM group_members WHERE app_id = \(app) AND group_id = \(id) ORDER BY username COLLATE \"C\"").map
+        {
             try $0["username"].decode(String.self)
         }
     }
@@ -375,7 +388,8 @@ public final class PostgresStore: BeaconStore {
     }
 
     public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
-        try await execute("DELETE FROM group_members WHERE app_id = \(app) AND group_id = \(group) AND username = \(username) RETURNING 1") > 0
+        try await execute("DELETE FROM group_members WHERE app_id = \(app) AND group_id = \(group) AND username = \(username) RETURNING 1")
+            > 0
     }
 
     // MARK: Helpers
@@ -387,8 +401,10 @@ public final class PostgresStore: BeaconStore {
 
     static func message(from row: PostgresRandomAccessRow) throws -> Message {
         try StoredForm.message(
-            id: try row["id"].decode(Int64.self), sender: try row["sender"].decode(String.self), recipient: try row["recipient"].decode(String.self),
-            chatType: try row["chat_type"].decode(String.self), type: try row["type"].decode(String.self), body: try row["body"].decode(String.self),
+            id: try row["id"].decode(Int64.self), sender: try row["sender"].decode(String.self),
+            recipient: try row["recipient"].decode(String.self),
+            chatType: try row["chat_type"].decode(String.self), type: try row["type"].decode(String.self),
+            body: try row["body"].decode(String.self),
             ext: try row["ext"].decode(String.self), timestamp: try row["timestamp"].decode(Int64.self))
     }
 }

@@ -137,7 +137,9 @@ extension ClientFrame: JSONDescribed {
         case .ping: return ["op": "ping"]
         case .logout: return ["op": "logout"]
         case .read(let chatType, let conversation, let upTo):
-            var fields: [String: JSONValue] = ["op": "read", "chat_type": .string(chatType.rawValue), "conversation": .string(conversation)]
+            var fields: [String: JSONValue] = [
+                "op": "read", "chat_type": .string(chatType.rawValue), "conversation": .string(conversation),
+            ]
             if let upTo { fields["up_to"] = .string(upTo) }
             return .object(fields)
         case .readAll: return ["op": "read_all"]
@@ -155,7 +157,8 @@ extension ClientFrame.SendRequest: JSONDescribed {
         // `body` may be null here: what a body must hold is the message validation's to say, with its own error.
         self.init(
             id: try fields.string("id"), to: try fields.string("to"), chatType: try fields.enumeration("chat_type", ChatType.self),
-            type: try fields.enumeration("type", MessageType.self), body: try fields.valueOrNull("body"), ext: try fields.optionalObject("ext"),
+            type: try fields.enumeration("type", MessageType.self), body: try fields.valueOrNull("body"),
+            ext: try fields.optionalObject("ext"),
             routetype: try fields.optionalString("routetype"))
     }
 
@@ -178,14 +181,16 @@ extension ServerFrame: JSONDescribed {
         let op = try frame.string("op")
         switch op {
         case "welcome":
-            self = .welcome(username: try frame.string("username"), deviceID: try frame.string("device_id"), cursor: try frame.int64("cursor"))
+            self = .welcome(
+                username: try frame.string("username"), deviceID: try frame.string("device_id"), cursor: try frame.int64("cursor"))
         case "msg":
             self = .message(seq: try frame.optionalInt64("seq"), message: try WireMessage(jsonValue: try frame.value("message")))
         case "sent":
             self = .sent(id: try frame.string("id"), messageID: try frame.string("message_id"), timestamp: try frame.int64("timestamp"))
         case "synced": self = .synced(seq: try frame.int64("seq"))
         case "pong": self = .pong
-        case "error": self = .error(id: try frame.optionalString("id"), code: try frame.string("code"), description: try frame.string("description"))
+        case "error":
+            self = .error(id: try frame.optionalString("id"), code: try frame.string("code"), description: try frame.string("description"))
         case "closing": self = .closing(reason: try frame.string("reason"))
         case "read": self = .read(try ReadState(fields: frame))
         default: throw BeaconError(.jsonParse, "unknown op '\(op)'")

@@ -87,4 +87,3 @@ public struct ReadState: Sendable, Hashable {
         self.badge = badge
     }
 }
-

@@ -73,7 +73,8 @@ public struct UserEntity: Sendable, Codable, Hashable {
     }
 
     public init(
-        uuid: String, created: Int64, modified: Int64, username: String, nickname: String?, timezone: String?, notificationDisplayStyle: Int? = nil
+        uuid: String, created: Int64, modified: Int64, username: String, nickname: String?, timezone: String?,
+        notificationDisplayStyle: Int? = nil
     ) {
         self.notificationDisplayStyle = notificationDisplayStyle
         self.uuid = uuid

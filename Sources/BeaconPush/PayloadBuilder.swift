@@ -127,7 +127,8 @@ public struct PayloadInput: Sendable {
 
     public init(
         message: Message, receiver: String, badge: Int, senderNickname: String? = nil, style: DisplayStyle = .simpleBanner,
-        strings: DisplayStrings = DisplayStrings(), language: String? = nil, templates: [String: PushTemplate] = [:], receiverTemplate: String? = nil,
+        strings: DisplayStrings = DisplayStrings(), language: String? = nil, templates: [String: PushTemplate] = [:],
+        receiverTemplate: String? = nil,
         allowsVoIP: Bool = true
     ) {
         self.allowsVoIP = allowsVoIP
@@ -277,11 +278,13 @@ public enum PayloadBuilder {
             payload["aps"] = .object(aps)
             let (_, json, shortened) = try fit(payload, limit: limit)
             return Rendering(
-                payload: BuiltPayload(withoutBadge: json, badgeOffset: nil, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
+                payload: BuiltPayload(
+                    withoutBadge: json, badgeOffset: nil, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
                 fitLimit: limit, shortened: shortened)
         }
         return Rendering(
-            payload: BuiltPayload(withoutBadge: json, badgeOffset: badgeOffset, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
+            payload: BuiltPayload(
+                withoutBadge: json, badgeOffset: badgeOffset, badge: input.badge, voip: voip, collapseID: collapseID, limit: limit),
             fitLimit: fitLimit, shortened: shortened)
     }
 
@@ -294,7 +297,8 @@ public enum PayloadBuilder {
         var json = JSONWriter.string(.object(payload))
         var shortened = false
         for field in ["body", "title", "subtitle"] where json.utf8.count > limit {
-            guard case .object(var aps)? = payload["aps"], case .object(var alert)? = aps["alert"], let text = alert[field]?.stringValue else {
+            guard case .object(var aps)? = payload["aps"], case .object(var alert)? = aps["alert"], let text = alert[field]?.stringValue
+            else {
                 continue
             }
             shortened = true
@@ -306,7 +310,8 @@ public enum PayloadBuilder {
             json = JSONWriter.string(.object(payload))
         }
         guard json.utf8.count <= limit else {
-            throw BeaconError(.requestTooLarge, "the push fields of this message make a payload of \(json.utf8.count) bytes; APNs accepts \(limit)")
+            throw BeaconError(
+                .requestTooLarge, "the push fields of this message make a payload of \(json.utf8.count) bytes; APNs accepts \(limit)")
         }
         return (payload, json, shortened)
     }

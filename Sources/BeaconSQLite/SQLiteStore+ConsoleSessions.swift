@@ -16,7 +16,8 @@ extension SQLiteStore {
         try await write { db in
             if let secretHash {
                 let current = try Bool.fetchOne(
-                    db, sql: "SELECT EXISTS (SELECT 1 FROM apps WHERE id = ? AND client_secret_hash = ?)", arguments: [session.app, secretHash])
+                    db, sql: "SELECT EXISTS (SELECT 1 FROM apps WHERE id = ? AND client_secret_hash = ?)",
+                    arguments: [session.app, secretHash])
                 guard current == true else { return false }
             }
             try db.execute(sql: "DELETE FROM console_sessions WHERE expires_at < ?", arguments: [now])
@@ -58,7 +59,8 @@ extension SQLiteStore {
             let users = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM users WHERE app_id = ?", arguments: [app]) ?? 0
             // By id, a range of the primary key: ids are time-ordered.
             let firstID = Int64(bitPattern: MessageIDGenerator.firstID(atOrAfter: since))
-            let messages = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE app_id = ? AND id >= ?", arguments: [app, firstID]) ?? 0
+            let messages =
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE app_id = ? AND id >= ?", arguments: [app, firstID]) ?? 0
             let pushes = try Row.fetchAll(
                 db,
                 sql: """
@@ -67,7 +69,9 @@ extension SQLiteStore {
                     """,
                 arguments: [app, since]
             ).map { row in
-                AppActivity.Outcome(status: try row.decode(forColumn: "status"), reason: try row.decode(forColumn: "reason"), count: try row.decode(forColumn: "n"))
+                AppActivity.Outcome(
+                    status: try row.decode(forColumn: "status"), reason: try row.decode(forColumn: "reason"),
+                    count: try row.decode(forColumn: "n"))
             }
             return AppActivity(users: users, messages: messages, pushes: pushes)
         }

@@ -53,7 +53,8 @@ extension SQLiteStore {
                 for delivery in new.deliveries {
                     guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
                     try insertEntry.execute(arguments: [
-                        app, delivery.username, seq, id, message.conversation(for: delivery.username).description, message.chatType.rawValue,
+                        app, delivery.username, seq, id, message.conversation(for: delivery.username).description,
+                        message.chatType.rawValue,
                         delivery.originDevice, message.timestamp, countsAsUnread && delivery.username != message.from,
                     ])
                     entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
@@ -106,7 +107,9 @@ extension SQLiteStore {
                     DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq), updated_at = excluded.updated_at
                     """)
             for cursor in cursors {
-                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username, cursor.userID, cursor.userID]) else { continue }
+                guard let highest = try Int64.fetchOne(top, arguments: [cursor.app, cursor.username, cursor.userID, cursor.userID]) else {
+                    continue
+                }
                 try upsert.execute(arguments: [cursor.app, cursor.username, cursor.device, min(max(cursor.seq, 0), highest), now])
             }
         }
@@ -119,7 +122,8 @@ extension SQLiteStore {
                 arguments: [app, username]
             ).map { row in
                 SeenDevice(
-                    deviceID: try row.decode(String.self, forColumn: "device_id"), lastSeen: try row.decode(Int64.self, forColumn: "updated_at"),
+                    deviceID: try row.decode(String.self, forColumn: "device_id"),
+                    lastSeen: try row.decode(Int64.self, forColumn: "updated_at"),
                     acknowledgedSeq: try row.decode(Int64.self, forColumn: "acked_seq"))
             }
         }
@@ -140,12 +144,14 @@ extension SQLiteStore {
     public func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus? {
         guard let id = messageID.storedID else { return nil }
         return try await read { db in
-            guard let seq = try Int64.fetchOne(
-                db, sql: "SELECT seq FROM inbox WHERE app_id = ? AND message_id = ? AND username = ?",
-                arguments: [app, id, username])
+            guard
+                let seq = try Int64.fetchOne(
+                    db, sql: "SELECT seq FROM inbox WHERE app_id = ? AND message_id = ? AND username = ?",
+                    arguments: [app, id, username])
             else { return nil }
-            let acked = try Int64.fetchOne(
-                db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
+            let acked =
+                try Int64.fetchOne(
+                    db, sql: "SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?", arguments: [app, username]) ?? 0
             return acked >= seq ? .delivered : .undelivered
         }
     }
@@ -176,7 +182,8 @@ extension SQLiteStore {
         var removed = 0
         for batch in Self.chunks(Array(Set(tooOld + overLimit)), of: Self.retentionBatch) {
             removed += try await write { db in
-                try db.execute(sql: "DELETE FROM inbox WHERE rowid IN (\(Self.marks(batch.count)))", arguments: StatementArguments(Array(batch)))
+                try db.execute(
+                    sql: "DELETE FROM inbox WHERE rowid IN (\(Self.marks(batch.count)))", arguments: StatementArguments(Array(batch)))
                 return db.changesCount
             }
         }

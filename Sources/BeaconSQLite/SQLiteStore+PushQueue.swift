@@ -171,7 +171,8 @@ extension SQLiteStore {
                     AND EXISTS (SELECT 1 FROM push_jobs WHERE id = ? AND claim_token = ? AND status = 'pending')
                     """,
                 arguments: [
-                    claimed.appID, job.username, job.deviceID, job.notifier, job.pushType.rawValue, job.deviceToken, claimed.id, claimed.claimToken,
+                    claimed.appID, job.username, job.deviceID, job.notifier, job.pushType.rawValue, job.deviceToken, claimed.id,
+                    claimed.claimToken,
                 ]) ?? false
         }
     }
@@ -186,7 +187,8 @@ extension SQLiteStore {
                     """,
                 arguments: [now])
             return (
-                pending: try row?.decode(Int.self, forColumn: "pending") ?? 0, oldestDue: try row?.decode(Int64?.self, forColumn: "oldest") ?? nil
+                pending: try row?.decode(Int.self, forColumn: "pending") ?? 0,
+                oldestDue: try row?.decode(Int64?.self, forColumn: "oldest") ?? nil
             )
         }
     }
@@ -228,11 +230,13 @@ extension SQLiteStore {
                         next_attempt_at = COALESCE(?, next_attempt_at), claimed_until = 0
                     WHERE id = ? AND claim_token = ? AND status = 'pending'
                     """)
-            let log = try db.cachedStatement(sql: "INSERT INTO push_attempts (job_id, at, http_status, reason, outcome) VALUES (?, ?, ?, ?, ?)")
+            let log = try db.cachedStatement(
+                sql: "INSERT INTO push_attempts (job_id, at, http_status, reason, outcome) VALUES (?, ?, ?, ?, ?)")
             var recorded = 0
             for outcome in outcomes {
                 try update.execute(arguments: [
-                    outcome.status.rawValue, outcome.httpStatus, outcome.reason, now, outcome.nextAttemptAt, outcome.jobID, outcome.claimToken,
+                    outcome.status.rawValue, outcome.httpStatus, outcome.reason, now, outcome.nextAttemptAt, outcome.jobID,
+                    outcome.claimToken,
                 ])
                 guard db.changesCount > 0 else { continue }
                 recorded += 1
@@ -246,7 +250,9 @@ extension SQLiteStore {
         guard !jobs.isEmpty else { return }
         try await write { db in
             let hand = try db.cachedStatement(
-                sql: "UPDATE push_jobs SET claimed_until = 0, attempts = attempts - 1 WHERE id = ? AND claim_token = ? AND status = 'pending'")
+                sql:
+                    "UPDATE push_jobs SET claimed_until = 0, attempts = attempts - 1 WHERE id = ? AND claim_token = ? AND status = 'pending'"
+            )
             for job in jobs { try hand.execute(arguments: [job.id, job.claimToken]) }
         }
     }

@@ -24,13 +24,15 @@ extension SQLiteStore {
 
     public func pushConfig(_ name: String, app: Int64) async throws -> PushConfigRecord? {
         try await read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name]).map(Self.pushConfig(from:))
+            try Row.fetchOne(db, sql: "SELECT * FROM push_configs WHERE app_id = ? AND name = ?", arguments: [app, name]).map(
+                Self.pushConfig(from:))
         }
     }
 
     public func pushConfigs(app: Int64) async throws -> [PushConfigRecord] {
         try await read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM push_configs WHERE app_id = ? ORDER BY name", arguments: [app]).map(Self.pushConfig(from:))
+            try Row.fetchAll(db, sql: "SELECT * FROM push_configs WHERE app_id = ? ORDER BY name", arguments: [app]).map(
+                Self.pushConfig(from:))
         }
     }
 
@@ -44,8 +46,10 @@ extension SQLiteStore {
     private static func pushConfig(from row: Row) throws -> PushConfigRecord {
         PushConfigRecord(
             appID: try row.decode(forColumn: "app_id"), name: try row.decode(forColumn: "name"),
-            kind: PushConfigRecord.Kind(rawValue: try row.decode(forColumn: "kind")) ?? .p8, environment: try row.decode(forColumn: "environment"),
-            bundleID: try row.decode(forColumn: "bundle_id"), voip: try row.decode(forColumn: "voip"), keyID: try row.decode(forColumn: "key_id"),
+            kind: PushConfigRecord.Kind(rawValue: try row.decode(forColumn: "kind")) ?? .p8,
+            environment: try row.decode(forColumn: "environment"),
+            bundleID: try row.decode(forColumn: "bundle_id"), voip: try row.decode(forColumn: "voip"),
+            keyID: try row.decode(forColumn: "key_id"),
             teamID: try row.decode(forColumn: "team_id"), sealedSecret: [UInt8](try row.decode(Data.self, forColumn: "sealed_secret")),
             expiresAt: try row.decode(forColumn: "expires_at"), createdAt: try row.decode(forColumn: "created_at"))
     }
@@ -64,7 +68,8 @@ extension SQLiteStore {
                     sql: "DELETE FROM push_bindings WHERE app_id = ? AND device_token = ? AND NOT (username = ? AND device_id = ?)",
                     arguments: [app, token, binding.username, binding.deviceID])
                 try db.execute(
-                    sql: "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND NOT (username = ? AND device_id = ?)",
+                    sql:
+                        "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND NOT (username = ? AND device_id = ?)",
                     arguments: [app, token, binding.username, binding.deviceID])
             }
             try db.execute(
@@ -74,7 +79,9 @@ extension SQLiteStore {
                     ON CONFLICT (app_id, username, device_id, notifier)
                     DO UPDATE SET device_token = excluded.device_token, voip_token = excluded.voip_token, bound_at = excluded.bound_at
                     """,
-                arguments: [app, binding.username, binding.deviceID, binding.notifier, binding.deviceToken, binding.voipToken, binding.boundAt])
+                arguments: [
+                    app, binding.username, binding.deviceID, binding.notifier, binding.deviceToken, binding.voipToken, binding.boundAt,
+                ])
             return true
         }
     }
@@ -93,7 +100,8 @@ extension SQLiteStore {
         }
     }
 
-    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool {
+    public func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool
+    {
         try await write { db in
             // A dead VoIP token takes only itself away; a dead alert token, the binding.
             let unbound: StatementArguments = [notifier, unlessBoundSince, unlessBoundSince]
@@ -104,7 +112,8 @@ extension SQLiteStore {
                 where: "b.device_token = ? AND b.notifier = ? AND (? IS NULL OR b.bound_at < ?)", reason: "token",
                 arguments: [deviceToken] + unbound, app: app, now: now, db: db)
             try db.execute(
-                sql: "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
+                sql:
+                    "UPDATE push_bindings SET voip_token = NULL WHERE app_id = ? AND voip_token = ? AND notifier = ? AND (? IS NULL OR bound_at < ?)",
                 arguments: [app, deviceToken, notifier, unlessBoundSince, unlessBoundSince])
             var removed = db.changesCount
             try db.execute(
@@ -122,7 +131,8 @@ extension SQLiteStore {
             for chunk in Self.chunks(usernames) {
                 for row in try Row.fetchAll(
                     db,
-                    sql: "SELECT * FROM push_bindings WHERE app_id = ? AND username IN (\(Self.marks(chunk.count))) ORDER BY username, device_id, notifier",
+                    sql:
+                        "SELECT * FROM push_bindings WHERE app_id = ? AND username IN (\(Self.marks(chunk.count))) ORDER BY username, device_id, notifier",
                     arguments: StatementArguments([app] + Array(chunk)))
                 {
                     let binding = try Self.binding(from: row)
@@ -155,7 +165,8 @@ extension SQLiteStore {
         try await write { db in
             if settings.remindType == nil && settings.quietHours == nil && settings.silentUntil == nil {
                 try db.execute(
-                    sql: "DELETE FROM push_settings WHERE app_id = ? AND username = ? AND scope = ?", arguments: [app, settings.username, settings.scope])
+                    sql: "DELETE FROM push_settings WHERE app_id = ? AND username = ? AND scope = ?",
+                    arguments: [app, settings.username, settings.scope])
                 return
             }
             try db.execute(
@@ -211,10 +222,12 @@ extension SQLiteStore {
     public func setPushPreferences(of username: String, app: Int64, language: String??, template: String??) async throws {
         try await write { db in
             if let language {
-                try db.execute(sql: "UPDATE users SET push_language = ? WHERE app_id = ? AND username = ?", arguments: [language, app, username])
+                try db.execute(
+                    sql: "UPDATE users SET push_language = ? WHERE app_id = ? AND username = ?", arguments: [language, app, username])
             }
             if let template {
-                try db.execute(sql: "UPDATE users SET push_template = ? WHERE app_id = ? AND username = ?", arguments: [template, app, username])
+                try db.execute(
+                    sql: "UPDATE users SET push_template = ? WHERE app_id = ? AND username = ?", arguments: [template, app, username])
             }
         }
     }
@@ -229,7 +242,8 @@ extension SQLiteStore {
             }
             try Self.mapConstraint("template \(template.name) already exists") {
                 try db.execute(
-                    sql: "INSERT INTO push_templates (app_id, name, title_pattern, content_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    sql:
+                        "INSERT INTO push_templates (app_id, name, title_pattern, content_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
                     arguments: [app, template.name, template.titlePattern, template.contentPattern, template.createdAt, template.updatedAt])
             }
             return true
@@ -257,7 +271,8 @@ extension SQLiteStore {
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
         try await read { db in
             let row = try Row.fetchOne(
-                db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?", arguments: [app])
+                db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?",
+                arguments: [app])
             let stored: String? = try row?.decode(String?.self, forColumn: "display_strings") ?? nil
             let strings = stored.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
             return PushPolicyRecord(

@@ -10,8 +10,10 @@ extension SQLiteStore {
         // An id beyond what is stored reads everything so far (no stored id is that large).
         let upToID = upTo.map { $0.storedID ?? Int64.max }
         return try await write { db in
-            guard let user = try Row.fetchOne(
-                db, sql: "SELECT badge, badge_seq, read_version FROM users WHERE app_id = ? AND username = ?", arguments: [app, username])
+            guard
+                let user = try Row.fetchOne(
+                    db, sql: "SELECT badge, badge_seq, read_version FROM users WHERE app_id = ? AND username = ?",
+                    arguments: [app, username])
             else { throw BeaconError(.userNotFound, "user \(username) does not exist") }
             // Decoded with errors, not GRDB's trapping subscripts: a damaged stored row fails the request, not the server.
             var reported: Int = try user.decode(forColumn: "badge")
@@ -32,9 +34,10 @@ extension SQLiteStore {
             var pushed: Set<SkippedDevice> = []
             for target in targets {
                 guard let conversationID = ConversationID(target) else { continue }
-                let previous = try Int64.fetchOne(
-                    db, sql: "SELECT read_seq FROM conversation_reads WHERE app_id = ? AND username = ? AND conversation = ?",
-                    arguments: [app, username, target]) ?? 0
+                let previous =
+                    try Int64.fetchOne(
+                        db, sql: "SELECT read_seq FROM conversation_reads WHERE app_id = ? AND username = ? AND conversation = ?",
+                        arguments: [app, username, target]) ?? 0
                 // The named message, else the newest entry before it (the named one may have been trimmed).
                 let newest = try Row.fetchOne(
                     db,
@@ -46,13 +49,14 @@ extension SQLiteStore {
                 guard let newest, let seq = try newest.decode(Int64?.self, forColumn: "seq"), seq > previous else { continue }
                 if reportedThrough > previous {
                     // What the client's reported total counted and is now read no longer counts.
-                    let nowRead = try Int.fetchOne(
-                        db,
-                        sql: """
-                            SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND conversation = ? AND counts = 1
-                                AND seq > ? AND seq <= ?
-                            """,
-                        arguments: [app, username, target, previous, min(seq, reportedThrough)]) ?? 0
+                    let nowRead =
+                        try Int.fetchOne(
+                            db,
+                            sql: """
+                                SELECT COUNT(*) FROM inbox WHERE app_id = ? AND username = ? AND conversation = ? AND counts = 1
+                                    AND seq > ? AND seq <= ?
+                                """,
+                            arguments: [app, username, target, previous, min(seq, reportedThrough)]) ?? 0
                     reported = max(0, reported - nowRead)
                 }
                 // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
@@ -75,7 +79,8 @@ extension SQLiteStore {
                         """,
                     arguments: [app, username, target, previous, seq])
                 {
-                    pushed.insert(SkippedDevice(deviceID: try row.decode(forColumn: "device_id"), notifier: try row.decode(forColumn: "notifier")))
+                    pushed.insert(
+                        SkippedDevice(deviceID: try row.decode(forColumn: "device_id"), notifier: try row.decode(forColumn: "notifier")))
                 }
                 // A stored version at the top of the range (a damaged row) is refused rather than wrapped or trapped on.
                 guard version < Int64.max else { throw BeaconError(.internalError, "read-state version of \(username) is exhausted") }
@@ -134,14 +139,17 @@ extension SQLiteStore {
                     """,
                 arguments: [app, username, max(limit, 0)])
             let last = try db.cachedStatement(
-                sql: "SELECT i.message_id, m.timestamp FROM inbox i JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id WHERE i.app_id = ? AND i.username = ? AND i.seq = ?")
+                sql:
+                    "SELECT i.message_id, m.timestamp FROM inbox i JOIN messages m ON m.app_id = i.app_id AND m.id = i.message_id WHERE i.app_id = ? AND i.username = ? AND i.seq = ?"
+            )
             return try rows.compactMap { row in
                 guard let conversation = ConversationID(try row.decode(String.self, forColumn: "conversation")),
                     let newest = try Row.fetchOne(last, arguments: [app, username, try row.decode(Int64.self, forColumn: "last_seq")])
                 else { return nil }
                 return ConversationSummary(
                     conversation: conversation, unread: try row.decode(forColumn: "unread"), muted: try row.decode(forColumn: "muted"),
-                    read: try Self.readMarker(from: row), lastMessageID: UInt64(bitPattern: try newest.decode(Int64.self, forColumn: "message_id")),
+                    read: try Self.readMarker(from: row),
+                    lastMessageID: UInt64(bitPattern: try newest.decode(Int64.self, forColumn: "message_id")),
                     lastTimestamp: try newest.decode(forColumn: "timestamp"))
             }
         }
@@ -218,7 +226,9 @@ extension SQLiteStore {
                     """)
             for job in jobs {
                 // A withdrawal of a later read state is queued or sent already (reads that committed in the other order).
-                guard try Bool.fetchOne(newer, arguments: [app, job.username, job.deviceID, job.notifier, readVersion]) != true else { continue }
+                guard try Bool.fetchOne(newer, arguments: [app, job.username, job.deviceID, job.notifier, readVersion]) != true else {
+                    continue
+                }
                 try supersede.execute(arguments: [now, app, job.username, job.deviceID, job.notifier, now])
                 let last = try Int64.fetchOne(previous, arguments: [app, job.username, job.deviceID, job.notifier])
                 let due = WithdrawalSchedule.due(after: last, spacing: spacing, now: now)

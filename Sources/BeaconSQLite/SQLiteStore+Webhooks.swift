@@ -116,10 +116,14 @@ extension SQLiteStore {
     public func webhookOutboxStats() async throws -> WebhookOutboxStats {
         try await read { db in
             let events = try Row.fetchOne(
-                db, sql: "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1")
+                db,
+                sql:
+                    "SELECT COUNT(*) AS pending, MIN(e.at) AS oldest FROM webhook_events e JOIN webhooks w ON w.app_id = e.app_id AND w.enabled = 1"
+            )
             let dropped = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(dropped_events), 0) FROM webhooks WHERE enabled = 1")
             return WebhookOutboxStats(
-                pending: try events?.decode(Int.self, forColumn: "pending") ?? 0, oldest: try events?.decode(Int64?.self, forColumn: "oldest") ?? nil,
+                pending: try events?.decode(Int.self, forColumn: "pending") ?? 0,
+                oldest: try events?.decode(Int64?.self, forColumn: "oldest") ?? nil,
                 dropped: dropped ?? 0)
         }
     }
@@ -139,7 +143,9 @@ extension SQLiteStore {
     }
 
     /// Records a `binding_removed` event for each binding of the app matching `condition` (on `b`), when its webhook is on.
-    static func recordBindingsRemoved(where condition: String, reason: String, arguments: StatementArguments, app: Int64, now: Int64, db: Database) throws {
+    static func recordBindingsRemoved(
+        where condition: String, reason: String, arguments: StatementArguments, app: Int64, now: Int64, db: Database
+    ) throws {
         try db.execute(
             sql: """
                 INSERT INTO webhook_events (app_id, kind, at, username, device_id, notifier, reason)

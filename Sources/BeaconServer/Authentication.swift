@@ -58,7 +58,8 @@ struct AppResolver: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
-        context.pathApp = try await api.app(named: AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app")))
+        context.pathApp = try await api.app(
+            named: AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app")))
         return try await next(request, context)
     }
 }

@@ -1,13 +1,13 @@
 import BeaconAPNs
 import BeaconCore
 import BeaconStorage
+import Crypto
 import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
-import Crypto
 
 /// Settings of one Beacon server process.
 public struct BeaconConfiguration: Sendable {
@@ -153,7 +153,8 @@ public struct BeaconServer: Sendable {
         }
         let pushRouter = pushWorker.map { worker in
             PushRouter(
-                store: store, presence: switchboard, clock: configuration.clock, logger: logger, afterPresence: configuration.hooks.afterPresence,
+                store: store, presence: switchboard, clock: configuration.clock, logger: logger,
+                afterPresence: configuration.hooks.afterPresence,
                 metrics: metrics, jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
@@ -167,7 +168,8 @@ public struct BeaconServer: Sendable {
             limits: configuration.sendLimits, logger: logger)
         var withdrawalsStored: (@Sendable () -> Void)?
         if let worker = pushWorker { withdrawalsStored = { worker.jobsStored() } }
-        reads = ReadService(store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
+        reads = ReadService(
+            store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
         var api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
         api.proxies = configuration.trustedProxies
         self.api = api
@@ -369,7 +371,9 @@ struct RetentionService: Service {
             do {
                 for app in try await store.allApps() {
                     let removed = try await store.enforceRetention(app, now: clock())
-                    if removed > 0 { logger.info("retention removed stored messages", metadata: ["app": "\(app.key)", "count": "\(removed)"]) }
+                    if removed > 0 {
+                        logger.info("retention removed stored messages", metadata: ["app": "\(app.key)", "count": "\(removed)"])
+                    }
                 }
             } catch {
                 logger.error("retention failed", metadata: ["error": "\(error)"])

@@ -119,7 +119,9 @@ struct NetworkAddress: Hashable, Sendable, CustomStringConvertible {
             var result: [UInt16] = []
             for (index, piece) in pieces.enumerated() {
                 if piece.contains(UInt8(ascii: ".")) {
-                    guard endsAddress, index == pieces.count - 1, let value = ipv4(Substring(String(decoding: piece, as: UTF8.self))) else { return nil }
+                    guard endsAddress, index == pieces.count - 1, let value = ipv4(Substring(String(decoding: piece, as: UTF8.self))) else {
+                        return nil
+                    }
                     result += [UInt16(truncatingIfNeeded: value >> 16), UInt16(truncatingIfNeeded: value)]
                 } else {
                     guard (1...4).contains(piece.count), piece.allSatisfy(isHexDigit),
@@ -171,7 +173,9 @@ struct AddressRange: Hashable, Sendable, CustomStringConvertible {
         }
         let total = written6 ? bits : 96 + bits
         guard address.masked(to: total) == address else {
-            throw .illegal("'\(text.prefix(100))' has bits set past its prefix: write the range's first address (\(address.masked(to: total))/\(bits))")
+            throw .illegal(
+                "'\(text.prefix(100))' has bits set past its prefix: write the range's first address (\(address.masked(to: total))/\(bits))"
+            )
         }
         base = address
         self.bits = total

@@ -37,7 +37,9 @@ struct ClusterService: Service {
 
     /// This node was declared dead by another (it was silent too long); it must not go on serving.
     struct DeclaredDead: Error, CustomStringConvertible {
-        var description: String { "this node was declared dead by the cluster (no heartbeat for 5 s); it stops so that it can be restarted" }
+        var description: String {
+            "this node was declared dead by the cluster (no heartbeat for 5 s); it stops so that it can be restarted"
+        }
     }
 
     private var store: any ClusterStore { link.store }
@@ -90,7 +92,8 @@ struct ClusterService: Service {
                 guard let dead = try await store.removeDeadNodes(silentFor: Self.deadAfter, by: node) else { continue }
                 for gone in dead.nodes {
                     let died = dead.died.contains(gone)
-                    logger.notice(died ? "declared a node dead" : "a node left", metadata: ["node": "\(gone.name)", "epoch": "\(gone.epoch)"])
+                    logger.notice(
+                        died ? "declared a node dead" : "a node left", metadata: ["node": "\(gone.name)", "epoch": "\(gone.epoch)"])
                 }
                 // A node that left gracefully announced everything it stored; one that died may not have.
                 if !dead.died.isEmpty { await link.resyncEveryone() }
@@ -173,7 +176,9 @@ struct ClusterService: Service {
                     try await store.listenForWakeups(of: node.epoch) { mailbox.signal() }
                 }
             } catch {
-                if Task.serviceShouldContinue { logger.warning("the wake-up connection failed; polling until it is back", metadata: ["error": "\(error)"]) }
+                if Task.serviceShouldContinue {
+                    logger.warning("the wake-up connection failed; polling until it is back", metadata: ["error": "\(error)"])
+                }
             }
             // A connection that lasted resets the backoff; one failing at once waits longer each time (up to 2 s).
             backoff = started.duration(to: .now) > .seconds(10) ? .milliseconds(100) : min(backoff * 2, .seconds(2))

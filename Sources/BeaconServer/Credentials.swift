@@ -248,7 +248,9 @@ final class LoginThrottle: Sendable {
         table.withLock { table in
             Self.finish(&table.users, attempt.user, now: now, window: window, succeeded: succeeded, forgetOnSuccess: true)
             if let address = attempt.address {
-                Self.finish(&table.addresses[address.app, default: [:]], address.network, now: now, window: window, succeeded: succeeded, forgetOnSuccess: false)
+                Self.finish(
+                    &table.addresses[address.app, default: [:]], address.network, now: now, window: window, succeeded: succeeded,
+                    forgetOnSuccess: false)
                 if table.addresses[address.app]?.isEmpty == true { table.addresses[address.app] = nil }
             }
         }

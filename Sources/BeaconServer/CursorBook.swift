@@ -52,7 +52,9 @@ final class CursorBook: Sendable {
         guard !taken.isEmpty else { return }
         do {
             try await store.acknowledge(
-                taken.map { DeviceCursor(app: $0.key.app, username: $0.key.username, userID: $0.key.userID, device: $0.key.device, seq: $0.value) }, now: clock())
+                taken.map {
+                    DeviceCursor(app: $0.key.app, username: $0.key.username, userID: $0.key.userID, device: $0.key.device, seq: $0.value)
+                }, now: clock())
         } catch {
             // Put them back (unless newer ones arrived) so that the next flush retries.
             pending.withLock { table in

@@ -25,7 +25,9 @@ extension BeaconServer {
     /// Idempotent: an existing demo app is reused and its configuration and binding renewed. The app's client secret is
     /// derived from the secret key, so every start can print it (for the console) without storing it.
     public func seedDemo() async throws -> DemoSetup {
-        guard let pushConfigs, let box = configuration.secretBox else { throw BeaconConfigurationError("the demo needs push (a secret key)") }
+        guard let pushConfigs, let box = configuration.secretBox else {
+            throw BeaconConfigurationError("the demo needs push (a secret key)")
+        }
         let key = AppKey(org: "demo", name: "chat")
         let now = configuration.clock()
         let secret = "YXA6" + box.derivedKey(for: "demo client secret").withUnsafeBytes { Array($0) }.lowercaseHex
@@ -51,7 +53,8 @@ extension BeaconServer {
         try await store.savePushConfig(record)
         try configuration.onPushConfiguration?(try pushConfigs.trust(for: record))
         try await store.bind(
-            PushBinding(username: setup.receiver, deviceID: "bob-iphone", notifier: setup.notifier, deviceToken: setup.deviceToken, boundAt: now),
+            PushBinding(
+                username: setup.receiver, deviceID: "bob-iphone", notifier: setup.notifier, deviceToken: setup.deviceToken, boundAt: now),
             app: app.id)
         return setup
     }

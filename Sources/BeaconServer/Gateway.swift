@@ -128,7 +128,8 @@ struct DeviceSession {
         cursors.advance(user, device: deviceID, app: app.id, to: cursor)
         try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
         // Read after registering: a marker that moves from here on also comes live (a repeat is harmless, versions tell).
-        for marker in try await store.readMarkers(of: username, app: app.id, after: max(readsSince, 0), limit: ReadService.markersOnConnect) {
+        for marker in try await store.readMarkers(of: username, app: app.id, after: max(readsSince, 0), limit: ReadService.markersOnConnect)
+        {
             try await write(.read(ReadService.state(marker, badge: nil)), to: outbound)
         }
         outbox.requestSync()
@@ -177,7 +178,10 @@ struct DeviceSession {
                 frame = try ClientFrame(jsonValue: value)
             } catch {
                 // The `id` of a send that does not match the protocol still comes back, so that the client can fail that send.
-                answer(.error(id: value.objectValue?["id"]?.stringValue, code: error.code.rawValue, description: "bad frame: \(error.message)"), on: outbox)
+                answer(
+                    .error(
+                        id: value.objectValue?["id"]?.stringValue, code: error.code.rawValue, description: "bad frame: \(error.message)"),
+                    on: outbox)
                 return acked
             }
         } catch {
@@ -202,7 +206,9 @@ struct DeviceSession {
         case .ack(let seq):
             guard outbox.mayAcknowledge(seq) else {
                 // Acknowledging the future would hide messages stored later from this device.
-                answer(.error(id: nil, code: BeaconError.Code.illegalArgument.rawValue, description: "ack beyond the last message sent"), on: outbox)
+                answer(
+                    .error(id: nil, code: BeaconError.Code.illegalArgument.rawValue, description: "ack beyond the last message sent"),
+                    on: outbox)
                 return acked
             }
             guard seq > acked else { return acked }
@@ -277,7 +283,8 @@ struct DeviceSession {
             onlineOnly: request.routetype == RouteType.online, originDevice: deviceID, copyToSender: true)
         do {
             // A retried send (same `id` from this device) is answered with the first one's message.
-            let receipt = SendReceipt(scope: SendReceipt.deviceScope(user: username, device: deviceID), reference: request.id, now: messages.now())
+            let receipt = SendReceipt(
+                scope: SendReceipt.deviceScope(user: username, device: deviceID), reference: request.id, now: messages.now())
             let sent = try await messages.send(outgoing, to: [request.to], app: app, enforceMembership: true, receipt: receipt)
             guard let message = sent.first else { throw BeaconError(.internalError, "a send stored no message") }
             return .sent(id: request.id, messageID: String(message.id), timestamp: message.timestamp)
@@ -396,7 +403,8 @@ func describe(_ error: any Error) -> String {
         "wrong type at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
     case DecodingError.dataCorrupted(let context):
         context.codingPath.isEmpty
-            ? "malformed JSON" : "bad value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
+            ? "malformed JSON"
+            : "bad value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))': \(context.debugDescription)"
     default: "\(error)"
     }
 }

@@ -16,7 +16,10 @@ public struct JSONLogHandler: LogHandler {
     private let write: @Sendable (String) -> Void
 
     /// A handler writing each line (newline included) with `write`; standard output by default.
-    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil, write: @escaping @Sendable (String) -> Void = JSONLogHandler.standardOutput) {
+    public init(
+        label: String, metadataProvider: Logger.MetadataProvider? = nil,
+        write: @escaping @Sendable (String) -> Void = JSONLogHandler.standardOutput
+    ) {
         self.label = label
         self.metadataProvider = metadataProvider
         self.write = write

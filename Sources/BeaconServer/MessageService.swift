@@ -106,7 +106,9 @@ final class MessageService: Sendable {
 
     /// A stored send's answer: its message ids by target.
     private static func sentMessages(_ ids: [String: UInt64]) -> [SentMessage] {
-        ids.sorted { $0.key < $1.key }.map { SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value)) }
+        ids.sorted { $0.key < $1.key }.map {
+            SentMessage(target: $0.key, id: $0.value, timestamp: MessageIDGenerator.timestamp(of: $0.value))
+        }
     }
 
     /// Sends to every target, all or nothing; returns each target's message. A `receipt` already stored answers the
@@ -121,7 +123,8 @@ final class MessageService: Sendable {
             // One delivery first, before any read (a refused send is paced too), the rest once the recipients are known.
             try limiter.admit(app: app.id, user: sender, deliveries: 1, now: clock())
             recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
-            try limiter.admit(app: app.id, user: sender, deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) } - 1, now: clock())
+            try limiter.admit(
+                app: app.id, user: sender, deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) } - 1, now: clock())
         } catch let error as BeaconError where error.code == .tooManyRequests {
             // A retry of a stored send is answered with its messages, as promised, however fast its sender goes.
             guard let receipt, let earlier = try await store.sentMessages(scope: receipt.scope, reference: receipt.reference, app: app.id)

@@ -60,14 +60,30 @@ public final class BeaconMetrics: Sendable {
         apnsLatency = Metrics.Timer(label: "beacon_apns_request_duration_seconds", factory: factory)
         pushRetries = Metrics.Counter(label: "beacon_push_retries_total", factory: factory)
         bindingsRemoved = Metrics.Counter(label: "beacon_push_bindings_removed_total", factory: factory)
-        queueDepth = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_push_queue_depth", unitName: "", helpText: "Pending push jobs in the store (due or not, in flight included)."))
-        oldestDueAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_push_oldest_due_age_seconds", unitName: "", helpText: "How long the oldest due push job has waited, 0 when none is due."))
-        storeUp = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_store_up", unitName: "", helpText: "1 when the store answered the scrape's reads within 2 s, else 0."))
-        webhookOutbox = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_outbox_events", unitName: "", helpText: "Webhook events waiting (all apps)."))
-        webhookOldestAge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_oldest_event_age_seconds", unitName: "", helpText: "Age of the oldest waiting webhook event, 0 when none waits."))
+        queueDepth = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_push_queue_depth", unitName: "",
+                helpText: "Pending push jobs in the store (due or not, in flight included)."))
+        oldestDueAge = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_push_oldest_due_age_seconds", unitName: "",
+                helpText: "How long the oldest due push job has waited, 0 when none is due."))
+        storeUp = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_store_up", unitName: "", helpText: "1 when the store answered the scrape's reads within 2 s, else 0."))
+        webhookOutbox = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_webhook_outbox_events", unitName: "", helpText: "Webhook events waiting (all apps)."))
+        webhookOldestAge = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_webhook_oldest_event_age_seconds", unitName: "",
+                helpText: "Age of the oldest waiting webhook event, 0 when none waits."))
         // Kept by the store (per webhook, since it was first set) and copied at scrape time: a gauge, as the registry
         // has no counter that can be set; it falls when a webhook is deleted or disabled.
-        webhookDropped = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "beacon_webhook_events_dropped", unitName: "", helpText: "Webhook events dropped unsent at the outbox's bound, summed over the enabled webhooks."))
+        webhookDropped = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                metricName: "beacon_webhook_events_dropped", unitName: "",
+                helpText: "Webhook events dropped unsent at the outbox's bound, summed over the enabled webhooks."))
         webhookEventsDelivered = Metrics.Counter(label: "beacon_webhook_events_delivered_total", factory: factory)
         webhookLatency = Metrics.Timer(label: "beacon_webhook_delivery_duration_seconds", factory: factory)
     }

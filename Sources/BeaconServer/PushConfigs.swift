@@ -73,7 +73,6 @@ public struct WrongSecretKey: Error, CustomStringConvertible {
     }
 }
 
-
 /// Validates and stores push configurations, and turns them into APNs clients.
 final class PushConfigs: Sendable {
     let store: any BeaconStore
@@ -116,7 +115,9 @@ final class PushConfigs: Sendable {
     /// Checks an upload as APNs would need it; returns the record to store.
     func validate(_ upload: PushConfigUpload, app: Int64, now: Int64) throws -> PushConfigRecord {
         guard (1...64).contains(upload.name.utf8.count),
-            upload.name.utf8.allSatisfy({ $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") })
+            upload.name.utf8.allSatisfy({
+                $0.isASCIIAlphanumeric || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
+            })
         else { throw BeaconError.illegal("name must be 1-64 of letters, digits, '_', '-' or '.'") }
         // An Apple bundle id: letters, digits, '-' and '.'; it becomes the apns-topic header.
         guard (1...155).contains(upload.bundleID.utf8.count),
@@ -129,7 +130,9 @@ final class PushConfigs: Sendable {
             guard let keyID = upload.keyID, !keyID.isEmpty, let teamID = upload.teamID, !teamID.isEmpty else {
                 throw BeaconError.illegal("a p8 configuration needs key_id and team_id")
             }
-            let pem = upload.file.contains("BEGIN") ? upload.file : Data(base64Encoded: upload.file).map { String(decoding: $0, as: UTF8.self) } ?? ""
+            let pem =
+                upload.file.contains("BEGIN")
+                ? upload.file : Data(base64Encoded: upload.file).map { String(decoding: $0, as: UTF8.self) } ?? ""
             do {
                 _ = try APNsSigningKey(teamID: teamID, keyID: keyID, pem: pem)
             } catch {
@@ -153,7 +156,8 @@ final class PushConfigs: Sendable {
             if let leaf = bundle.certificateChain.first, let certificate = try? Certificate(derEncoded: leaf.toDERBytes()) {
                 expiresAt = Int64(certificate.notValidAfter.timeIntervalSince1970 * 1000)
                 if certificate.notValidAfter.timeIntervalSince1970 * 1000 < Double(now) {
-                    throw BeaconError(.certificateExpired, "the certificate expired on \(ISO8601DateFormatter().string(from: certificate.notValidAfter))")
+                    throw BeaconError(
+                        .certificateExpired, "the certificate expired on \(ISO8601DateFormatter().string(from: certificate.notValidAfter))")
                 }
             }
             secret.p12 = bytes.base64EncodedString()

@@ -165,7 +165,8 @@ final class PushRouter: Service, Sendable {
                     routed += 1
                 } catch {
                     // One route that cannot be decided now must not hold up the others; it is tried at the next sweep.
-                    logger.error("routing a pending message failed", metadata: ["message": "\(route.message.id)", "error": "\(error)"])  // never the body
+                    // The message's id, never its body.
+                    logger.error("routing a pending message failed", metadata: ["message": "\(route.message.id)", "error": "\(error)"])
                 }
             }
             // A page of routes that cannot be decided (their app is gone) would come back forever.
@@ -192,7 +193,9 @@ final class PushRouter: Service, Sendable {
         let context = try await RoutingContext.load(message: message, recipients: recipients, app: app, store: store)
         var bindings = try await store.bindings(of: recipients, app: app.id)
         if let onlyDevices {
-            bindings = bindings.mapValues { $0.filter { onlyDevices.contains(SkippedDevice(deviceID: $0.deviceID, notifier: $0.notifier)) } }
+            bindings = bindings.mapValues {
+                $0.filter { onlyDevices.contains(SkippedDevice(deviceID: $0.deviceID, notifier: $0.notifier)) }
+            }
         }
         // Presence is read now: after the message was stored, so a device that connects from here on syncs it.
         let online = try await presence.onlineDevices(of: recipients, app: app.id)
@@ -209,7 +212,9 @@ final class PushRouter: Service, Sendable {
             let decisions = PushDecision.decide(context.pushContext(for: recipient, bindings: bound, online: onlineDevices, now: now))
             for (binding, decision) in zip(bound, decisions) {
                 jobs.append(
-                    job(for: binding, skip: decision.skip, recipient: recipient, context: context, payloads: &payloads, configs: configs, now: now))
+                    job(
+                        for: binding, skip: decision.skip, recipient: recipient, context: context, payloads: &payloads, configs: configs,
+                        now: now))
             }
         }
         return Decided(app: app.id, policy: context.policy, jobs: jobs)
@@ -239,7 +244,8 @@ final class PushRouter: Service, Sendable {
             topic: (config?.bundleID ?? "") + (voip ? APNsPushType.voip.topicSuffix : ""),
             pushType: voip ? .voip : .alert, priority: .immediate, expiration: now / 1000 + Self.expirationSeconds,
             // A duplicate after a crash replaces the first notification instead of adding a second one.
-            collapseID: Self.collapseID(key: payload?.collapseID, sender: context.message.from, messageID: context.message.id), apnsID: .random(),
+            collapseID: Self.collapseID(key: payload?.collapseID, sender: context.message.from, messageID: context.message.id),
+            apnsID: .random(),
             payload: skipReason == nil ? payload?.withoutBadge ?? "" : "", badgeOffset: skipReason == nil ? payload?.badgeOffset : nil,
             skipReason: skipReason)
     }
@@ -278,7 +284,8 @@ struct RoutingContext {
         for record in records {
             if record.scope.isEmpty {
                 appLevel[record.username] = AppPushSettings(
-                    remindType: record.remindType.flatMap(RemindType.init), quietHours: record.quietHours.flatMap { try? DailyQuietHours.parse($0) },
+                    remindType: record.remindType.flatMap(RemindType.init),
+                    quietHours: record.quietHours.flatMap { try? DailyQuietHours.parse($0) },
                     silentUntil: record.silentUntil)
             } else {
                 conversation[record.username] = ConversationPushSettings(
@@ -287,11 +294,14 @@ struct RoutingContext {
         }
         let policy = try await store.pushPolicy(app: app.id)
         let templates = Dictionary(
-            try await store.templates(app: app.id).map { ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern)) },
+            try await store.templates(app: app.id).map {
+                ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern))
+            },
             uniquingKeysWith: { first, _ in first })
         return RoutingContext(
             message: message, policy: MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline,
-            appZone: TimeZone(identifier: policy.timezone) ?? .gmt, strings: DisplayStrings(overrides: policy.displayStrings), templates: templates,
+            appZone: TimeZone(identifier: policy.timezone) ?? .gmt, strings: DisplayStrings(overrides: policy.displayStrings),
+            templates: templates,
             senderNickname: try await store.user(message.from, app: app.id)?.nickname, profiles: profiles, appLevel: appLevel,
             conversation: conversation)
     }

@@ -60,7 +60,8 @@ final class PushWorker: Service, Sendable {
     static let sequenceBudget: Duration = .seconds(10)
 
     init(
-        store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64, batch: Int = 2000,
+        store: any BeaconStore, configs: PushConfigs, clock: @escaping @Sendable () -> Int64, logger: Logger, maxAge: Int64,
+        batch: Int = 2000,
         cluster: ClusterLink? = nil, metrics: BeaconMetrics, onRecorded: (@Sendable ([PushAttemptOutcome]) -> Void)? = nil
     ) {
         self.metrics = metrics
@@ -145,7 +146,8 @@ final class PushWorker: Service, Sendable {
             let unsent = await withTaskGroup(of: [PushJob].self) { sends in
                 for sequence in Dictionary(grouping: jobs, by: { "\($0.appID) \($0.job.topic) \($0.job.deviceToken)" }).values {
                     sends.addTask {
-                        await self.sendInOrder(sequence, configurations: configurations, claimedAt: claimedAt, sendBy: sendBy, outcomes: outcomes)
+                        await self.sendInOrder(
+                            sequence, configurations: configurations, claimedAt: claimedAt, sendBy: sendBy, outcomes: outcomes)
                     }
                 }
                 return await sends.reduce(into: []) { $0 += $1 }
@@ -203,7 +205,8 @@ final class PushWorker: Service, Sendable {
     ) async -> PushAttemptOutcome? {
         guard let config else {
             return PushAttemptOutcome(
-                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.notifierNotFound.rawValue)
+                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil,
+                reason: BeaconError.Code.notifierNotFound.rawValue)
         }
         let client: APNsClient
         do {
@@ -214,7 +217,8 @@ final class PushWorker: Service, Sendable {
         // Every job recorded pending has an apns-id (`PushRouter`, `ReadService`): one without is damaged, not sent.
         guard let apnsID = job.job.apnsID else {
             return PushAttemptOutcome(
-                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.internalError.rawValue)
+                jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: BeaconError.Code.internalError.rawValue
+            )
         }
         let notification = APNsNotification(
             deviceToken: job.job.deviceToken, topic: job.job.topic, pushType: APNsPushType(job.job.pushType),
@@ -249,14 +253,17 @@ final class PushWorker: Service, Sendable {
                 logger.warning("a push was handed back unsent: its claim's lease was running out", metadata: ["job": "\(job.id)"])
                 return nil
             case .withdrawn:
+                // As the claim records it.
                 return PushAttemptOutcome(
-                    jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")  // as the claim records it
+                    jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")
             case .invalidRequest(let why):
                 logger.error("a push cannot be sent", metadata: ["job": "\(job.id)", "why": "\(why)"])
-                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: "invalid_request")
+                return PushAttemptOutcome(
+                    jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: nil, reason: "invalid_request")
             case .rejected(let status, let reason, _, let timestamp) where !error.isTransient:
                 await removeDeadBinding(job, reason: reason, timestamp: timestamp)
-                return PushAttemptOutcome(jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)
+                return PushAttemptOutcome(
+                    jobID: job.id, claimToken: job.claimToken, status: .failed, httpStatus: status, reason: reason?.rawValue)
             case .rejected(let status, let reason, _, _):
                 return retryOrGiveUp(job, httpStatus: status, reason: reason?.rawValue)
             default:
@@ -280,7 +287,8 @@ final class PushWorker: Service, Sendable {
             {
                 metrics.bindingsRemoved.increment()
                 logger.info(
-                    "removed push binding", metadata: ["user": "\(job.job.username)", "device": "\(job.job.deviceID)", "reason": "\(reason!)"])
+                    "removed push binding",
+                    metadata: ["user": "\(job.job.username)", "device": "\(job.job.deviceID)", "reason": "\(reason!)"])
             }
         } catch {
             logger.error("could not remove a dead binding", metadata: ["error": "\(error)"])
@@ -296,7 +304,8 @@ final class PushWorker: Service, Sendable {
         }
         metrics.pushRetries.increment()
         return PushAttemptOutcome(
-            jobID: job.id, claimToken: job.claimToken, status: .pending, httpStatus: httpStatus, reason: reason, nextAttemptAt: now + Self.backoff(attempt: job.attempts))
+            jobID: job.id, claimToken: job.claimToken, status: .pending, httpStatus: httpStatus, reason: reason,
+            nextAttemptAt: now + Self.backoff(attempt: job.attempts))
     }
 
     /// Milliseconds before attempt `attempt + 1`: 1 s doubling to 10 min, ±20 % jitter.

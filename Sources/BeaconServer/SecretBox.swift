@@ -1,7 +1,7 @@
+import BeaconStorage
 import Crypto
 import Foundation
 import Logging
-import BeaconStorage
 
 /// Seals push credentials at rest with AES-GCM. The key comes from configuration (32 bytes, base64); without one,
 /// a key is generated in the data directory (mode 0600) and a warning is logged.
@@ -39,7 +39,8 @@ public struct SecretBox: Sendable {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw BeaconConfigurationError("cannot read the secret key in \(path) (\(error.localizedDescription)); check its owner and mode")
+            throw BeaconConfigurationError(
+                "cannot read the secret key in \(path) (\(error.localizedDescription)); check its owner and mode")
         }
         return try SecretBox(base64: text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
@@ -68,9 +69,12 @@ public struct SecretBox: Sendable {
             throw BeaconConfigurationError("cannot write \(target): \(String(cString: strerror(errno)))")
         }
         if !exclusive {
-            guard rename(target, path) == 0 else { throw BeaconConfigurationError("cannot replace \(path): \(String(cString: strerror(errno)))") }
+            guard rename(target, path) == 0 else {
+                throw BeaconConfigurationError("cannot replace \(path): \(String(cString: strerror(errno)))")
+            }
         }
-        let directory = Glibc.open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, O_RDONLY)
+        let directory = Glibc.open(
+            (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, O_RDONLY)
         if directory >= 0 {
             fsync(directory)
             close(directory)
@@ -120,7 +124,9 @@ extension SecretBox {
         var count = 0
         for app in try await store.allApps() {
             for var config in try await store.pushConfigs(app: app.id) {
-                guard let sealed = try resealed(config.sealedSecret, app: app, what: "push configuration '\(config.name)'") else { continue }
+                guard let sealed = try resealed(config.sealedSecret, app: app, what: "push configuration '\(config.name)'") else {
+                    continue
+                }
                 config.sealedSecret = sealed
                 try await store.savePushConfig(config)
                 count += 1

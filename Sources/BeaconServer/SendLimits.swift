@@ -96,7 +96,8 @@ final class TokenBuckets: Sendable {
             bucket.milliTokens -= min(wanted, capacity)
             if table[key] == nil, table.count >= Self.pruneAbove {
                 let full = table.compactMap { key, other in
-                    let (refill, overflow) = Self.elapsed(from: other.updatedAt, to: now).multipliedReportingOverflow(by: refillPerMillisecond)
+                    let (refill, overflow) = Self.elapsed(from: other.updatedAt, to: now).multipliedReportingOverflow(
+                        by: refillPerMillisecond)
                     return overflow || refill >= capacity - other.milliTokens ? key : nil
                 }
                 for key in full { table[key] = nil }

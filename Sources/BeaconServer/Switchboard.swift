@@ -182,11 +182,15 @@ final class ClusterLink: Sendable {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         let openedAgo = outbox.opened.duration(to: .now).components
         switch try await store.connect(
-            device, node: node.epoch, connection: outbox.connectionID, openedAgo: openedAgo.seconds * 1000 + openedAgo.attoseconds / 1_000_000_000_000_000)
+            device, node: node.epoch, connection: outbox.connectionID,
+            openedAgo: openedAgo.seconds * 1000 + openedAgo.attoseconds / 1_000_000_000_000_000)
         {
         case .connected(let replaced?) where replaced.node != node.epoch:
             await post(
-                [replaced.node: .closeDevice(app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")])
+                [
+                    replaced.node: .closeDevice(
+                        app: device.app, username: device.username, deviceID: device.deviceID, connection: replaced.id, reason: "replaced")
+                ])
             return true
         case .connected:
             return true  // nothing replaced, or an earlier connection here, which the local registry closed
@@ -208,7 +212,8 @@ final class ClusterLink: Sendable {
             logger.error(
                 "recording that a device went offline failed; trying again in the background",
                 metadata: ["user": "\(device.username)", "error": "\(error)"])
-            queueRetry(FailedRemoval(device: device, connection: outbox.connectionID, attempts: 1, due: ContinuousClock.now + Self.removalBackoff))
+            queueRetry(
+                FailedRemoval(device: device, connection: outbox.connectionID, attempts: 1, due: ContinuousClock.now + Self.removalBackoff))
             return false
         }
     }
@@ -225,7 +230,9 @@ final class ClusterLink: Sendable {
             return true
         }
         if !kept {
-            logger.error("too many presence removals to try again; the periodic reconcile removes the rest", metadata: ["user": "\(removal.device.username)"])
+            logger.error(
+                "too many presence removals to try again; the periodic reconcile removes the rest",
+                metadata: ["user": "\(removal.device.username)"])
         }
     }
 
@@ -274,7 +281,9 @@ final class ClusterLink: Sendable {
         await withRetries("finding the nodes of connected devices") {
             var usersByNode: [Int64: Set<String>] = [:]
             for (username, devices) in try await store.connections(of: users, app: app) {
-                for connection in devices.values where connection.node != node.epoch { usersByNode[connection.node, default: []].insert(username) }
+                for connection in devices.values where connection.node != node.epoch {
+                    usersByNode[connection.node, default: []].insert(username)
+                }
             }
             // Large messages are not copied into letters either: a letter stays small whatever the message.
             let small = entries.allSatisfy { $0.message.isSmallEnoughToRelay }
@@ -396,7 +405,8 @@ final class ClusterLink: Sendable {
     /// Whether this node's last heartbeat is recent enough that no other node can have declared it dead: a node that
     /// cannot beat stops claiming pushes (another node may be about to release and send them).
     var isSafelyAlive: Bool {
-        ContinuousClock.now.nanosecondsSinceStart - lastHeartbeat.load(ordering: .relaxed) < Int64(ClusterService.safeSilence.components.seconds) * 1_000_000_000
+        ContinuousClock.now.nanosecondsSinceStart - lastHeartbeat.load(ordering: .relaxed) < Int64(
+            ClusterService.safeSilence.components.seconds) * 1_000_000_000
     }
 }
 

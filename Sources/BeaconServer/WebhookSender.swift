@@ -176,7 +176,8 @@ final class WebhookSender: Service, Sendable {
         // The connect-time check holds: AsyncHTTPClient connects to the checked address and never resolves `host` again
         // (DNS rebinding), while the Host header, the TLS server name and the certificate's check still use `host`.
         if let address { configuration.dnsOverride = [host: address] }
-        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration, backgroundActivityLogger: logger)
+        let client = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration, backgroundActivityLogger: logger)
         let status: UInt
         do {
             let response = try await client.execute(request, timeout: Self.requestTimeout)

@@ -5,11 +5,11 @@ import NIOPosix
 import NIOSSL
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Why a push-result webhook delivery failed, as `last_error` shows it: a coarse category, never a status code or an
@@ -59,7 +59,9 @@ enum WebhookFailure: String, Error, Sendable, CaseIterable {
         case let error as HTTPClientError:
             // A connection that could not be made in time is a failure to connect (the other address family is tried then).
             if error == .connectTimeout || error == .remoteConnectionClosed { return .connect }
-            let timeouts: [HTTPClientError] = [.readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout, .getConnectionFromPoolTimeout]
+            let timeouts: [HTTPClientError] = [
+                .readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout, .getConnectionFromPoolTimeout,
+            ]
             if timeouts.contains(error) { return .timeout }
             return .invalidResponse
         case is NIOSSLError, is BoringSSLError, is NIOSSLExtraError:
@@ -167,9 +169,9 @@ enum WebhookTarget {
         try await NIOThreadPool.singleton.runIfActive { () throws -> [SocketAddress] in
             var hints = addrinfo()
             #if os(Linux) && !canImport(Musl)
-            hints.ai_socktype = CInt(SOCK_STREAM.rawValue)
+                hints.ai_socktype = CInt(SOCK_STREAM.rawValue)
             #else
-            hints.ai_socktype = SOCK_STREAM
+                hints.ai_socktype = SOCK_STREAM
             #endif
             var list: UnsafeMutablePointer<addrinfo>?
             guard getaddrinfo(host, String(port), &hints, &list) == 0, let first = list else { throw WebhookFailure.dns }

@@ -23,7 +23,6 @@ public protocol AppStore: Sendable {
     func allApps() async throws -> [AppRecord]
 }
 
-
 /// A tenant as stored.
 public struct AppRecord: Sendable, Hashable {
     public var id: Int64
@@ -38,7 +37,8 @@ public struct AppRecord: Sendable, Hashable {
     public var tokensValidAfter: Int64
 
     public init(
-        id: Int64, key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, createdAt: Int64, tokensValidAfter: Int64 = 0
+        id: Int64, key: AppKey, clientID: String, clientSecretHash: String, limits: OfflineLimits, createdAt: Int64,
+        tokensValidAfter: Int64 = 0
     ) {
         self.id = id
         self.key = key

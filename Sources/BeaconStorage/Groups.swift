@@ -12,7 +12,6 @@ public protocol GroupStore: Sendable {
     func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool
 }
 
-
 /// A chat group as stored.
 public struct GroupRecord: Sendable, Hashable {
     public var appID: Int64

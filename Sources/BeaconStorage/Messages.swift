@@ -34,7 +34,6 @@ public protocol MessageStore: Sendable {
     func enforceRetention(_ app: AppRecord, now: Int64) async throws -> Int
 }
 
-
 extension MessageStore {
     /// Stores one message that pushes nobody.
     public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
@@ -43,7 +42,6 @@ extension MessageStore {
         return entries
     }
 }
-
 
 /// One copy of a message to put in a user's inbox.
 public struct Delivery: Sendable, Hashable {
@@ -78,7 +76,6 @@ public enum OfflineStatus: String, Sendable {
     case undelivered
 }
 
-
 /// A device that has connected: when it was last seen and how far it has acknowledged.
 public struct SeenDevice: Sendable, Hashable {
     public var deviceID: String
@@ -111,7 +108,6 @@ public struct DeviceCursor: Sendable, Hashable {
         self.seq = seq
     }
 }
-
 
 /// One message to store, with its inbox copies.
 public struct NewMessage: Sendable, Hashable {

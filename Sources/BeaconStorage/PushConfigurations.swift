@@ -28,7 +28,6 @@ public protocol PushConfigStore: Sendable {
     func removeBinding(deviceToken: String, notifier: String, app: Int64, unlessBoundSince: Int64?, now: Int64) async throws -> Bool
 }
 
-
 extension PushConfigStore {
     /// Binds whoever holds the name now.
     public func bind(_ binding: PushBinding, app: Int64) async throws {
@@ -40,7 +39,6 @@ extension PushConfigStore {
         try await bindings(of: [username], app: app)[username] ?? []
     }
 }
-
 
 /// A push configuration ("certificate" in Easemob's console): how to reach APNs for one app build.
 /// `secret` is sealed by the server (AES-GCM) before it reaches the store.

@@ -51,14 +51,12 @@ public protocol PushQueueStore: Sendable {
     func nextPushJobDue() async throws -> Int64?
 }
 
-
 extension PushQueueStore {
     /// Delivery records, newest first, filtered by user and/or message.
     public func pushJobs(app: Int64, username: String?, messageID: UInt64?, limit: Int) async throws -> [PushJob] {
         try await pushJobs(app: app, matching: PushJobFilter(username: username, messageID: messageID), limit: limit)
     }
 }
-
 
 /// A push's kind, as APNs' `apns-push-type` names it: the kinds Beacon sends.
 public enum PushType: String, Sendable, Hashable, CaseIterable {
@@ -93,7 +91,8 @@ public struct NewPushJob: Sendable, Hashable {
     public var skipReason: String?
 
     public init(
-        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: PushType, priority: PushPriority,
+        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, pushType: PushType,
+        priority: PushPriority,
         expiration: Int64, collapseID: String?, apnsID: UUID?, payload: String, badgeOffset: Int? = nil, skipReason: String? = nil
     ) {
         self.badgeOffset = badgeOffset
@@ -123,7 +122,6 @@ public struct NewPushJob: Sendable, Hashable {
 
 }
 
-
 /// Which delivery records `pushJobs(app:matching:limit:)` returns: every condition that is set holds.
 public struct PushJobFilter: Sendable, Equatable {
     public var username: String?
@@ -145,7 +143,6 @@ public struct PushJobFilter: Sendable, Equatable {
     }
 }
 
-
 /// The state of a push job.
 public enum PushJobStatus: String, Sendable, Codable, CaseIterable {
     /// Waiting for its (next) attempt.
@@ -159,7 +156,6 @@ public enum PushJobStatus: String, Sendable, Codable, CaseIterable {
     /// Decided against by the receiver's rules (the reason says which); never sent.
     case skipped
 }
-
 
 /// A stored push job with its delivery record.
 public struct PushJob: Sendable, Hashable {
@@ -221,7 +217,6 @@ public struct PushAttemptOutcome: Sendable, Hashable {
         self.nextAttemptAt = nextAttemptAt
     }
 }
-
 
 /// A stored message whose pushes have not been decided yet (the server stopped between storing and routing it).
 public struct PendingRoute: Sendable, Hashable {
@@ -288,7 +283,6 @@ public struct PushRoute: Sendable {
     }
 }
 
-
 /// One recorded attempt of a push job.
 public struct PushAttempt: Sendable, Hashable, Codable {
     public var at: Int64
@@ -307,7 +301,6 @@ public struct PushAttempt: Sendable, Hashable, Codable {
         self.outcome = outcome
     }
 }
-
 
 /// When a device's next withdrawal is due (`BeaconStore.queueWithdrawals`): at once, or `spacing` ms after its previous
 /// one's due time when that is recent. A stored due time at the top of the range (a damaged row) saturates.

@@ -18,7 +18,6 @@ public protocol PushSettingsStore: Sendable {
     func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws
 }
 
-
 extension PushSettingsStore {
     /// The user's settings at these scopes (missing scopes are absent).
     public func pushSettings(of username: String, scopes: [String], app: Int64) async throws -> [String: PushSettingsRecord] {
@@ -26,7 +25,6 @@ extension PushSettingsStore {
         return Dictionary(found.map { ($0.scope, $0) }, uniquingKeysWith: { first, _ in first })
     }
 }
-
 
 /// A user's push settings at one scope: the app level (`scope` empty) or one conversation (`chat:peer`, `groupchat:id`).
 public struct PushSettingsRecord: Sendable, Hashable {
@@ -83,7 +81,8 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
     public var badgeCountsMuted: Bool
 
     public init(
-        multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:], badgeCountsMuted: Bool = false
+        multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:],
+        badgeCountsMuted: Bool = false
     ) {
         self.multiDevice = multiDevice
         self.timezone = timezone
@@ -91,7 +90,6 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
         self.badgeCountsMuted = badgeCountsMuted
     }
 }
-
 
 /// An app's push template (`POST /notification/template`).
 public struct PushTemplateRecord: Sendable, Hashable {

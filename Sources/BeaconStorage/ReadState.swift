@@ -21,7 +21,6 @@ public protocol ReadStateStore: Sendable {
     func reportBadge(of username: String, app: Int64, value: Int) async throws
 }
 
-
 /// How far a user has read one conversation: everything in it up to inbox position `seq` (message `upTo`).
 public struct ReadMarker: Sendable, Hashable {
     public var conversation: ConversationID

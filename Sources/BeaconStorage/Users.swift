@@ -18,7 +18,6 @@ public protocol UserStore: Sendable {
     func deleteUser(_ username: String, app: Int64, now: Int64) async throws -> Bool
 }
 
-
 /// A user to create.
 public struct NewUser: Sendable, Hashable {
     public var username: String

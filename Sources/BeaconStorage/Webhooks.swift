@@ -50,7 +50,9 @@ public struct WebhookState: Sendable, Hashable {
     /// Events dropped unsent because the outbox held `WebhookOutbox.maxEventsPerApp` (since the webhook was set).
     public var droppedEvents: Int64
 
-    public init(config: WebhookConfig, pendingEvents: Int, consecutiveFailures: Int, nextAttemptAt: Int64, lastError: String?, droppedEvents: Int64) {
+    public init(
+        config: WebhookConfig, pendingEvents: Int, consecutiveFailures: Int, nextAttemptAt: Int64, lastError: String?, droppedEvents: Int64
+    ) {
         self.config = config
         self.pendingEvents = pendingEvents
         self.consecutiveFailures = consecutiveFailures

@@ -41,7 +41,8 @@ func startSimulatorProcess(maxStreams: Int = 1000) throws -> (Process, apnsPort:
 
 /// Notifications per second into the simulator: Beacon's client beside h2load (the ceiling) and aioapns (a peer).
 struct APNs: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "apns", abstract: "APNs client throughput vs h2load and aioapns, same simulator.")
+    static let configuration = CommandConfiguration(
+        commandName: "apns", abstract: "APNs client throughput vs h2load and aioapns, same simulator.")
 
     @Option var notifications = 50_000
     @Option var connections = 4
@@ -53,7 +54,10 @@ struct APNs: AsyncParsableCommand {
         let key = APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: P256.Signing.PrivateKey())
         _ = try await REST.call(
             URL(string: control)!, "POST", "/keys",
-            ["team_id": .string(key.teamID), "key_id": .string(key.keyID), "public_key_pem": .string(key.privateKey.publicKey.pemRepresentation)],
+            [
+                "team_id": .string(key.teamID), "key_id": .string(key.keyID),
+                "public_key_pem": .string(key.privateKey.publicKey.pemRepresentation),
+            ],
             token: nil)
         let token = String(repeating: "ab", count: 32)
         let payload = #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default"},"f":"alice","t":"bob","m":"1"}"#
@@ -64,7 +68,8 @@ struct APNs: AsyncParsableCommand {
         let client = APNsClient(
             credentials: .token(key), endpoint: APNsEndpoint(host: "127.0.0.1", port: port, trustRoots: roots),
             configuration: .init(connections: connections, maxInFlight: 1000, requestTimeout: .seconds(30)))
-        _ = try await client.send(APNsNotification(deviceToken: token, topic: "com.example.bench", payload: Array(payload.utf8)))  // warm up
+        // Warm up.
+        _ = try await client.send(APNsNotification(deviceToken: token, topic: "com.example.bench", payload: Array(payload.utf8)))
         let cpuBefore = cpuSeconds()
         let start = monotonicNanoseconds()
         // A fixed number of senders, each sending its share in turn (as a push worker does).
@@ -126,8 +131,9 @@ struct APNs: AsyncParsableCommand {
         let ahcRate = Double(notifications) / (Double(monotonicNanoseconds() - ahcStart) / 1e9)
         let ahcCPU = (cpuSeconds() - ahcCPUBefore) / Double(notifications) * 1e6
         try await http.shutdown()
-        print("AsyncHTTPClient:   \(format(ahcRate, 0)) notifications/s, client CPU \(format(ahcCPU, 1)) µs/notification"
-            + (ahcFailures.isEmpty ? "" : " (\(ahcFailures.count) of \(notifications) failed, e.g. \(ahcFailures[0].prefix(120)))"))
+        print(
+            "AsyncHTTPClient:   \(format(ahcRate, 0)) notifications/s, client CPU \(format(ahcCPU, 1)) µs/notification"
+                + (ahcFailures.isEmpty ? "" : " (\(ahcFailures.count) of \(notifications) failed, e.g. \(ahcFailures[0].prefix(120)))"))
 
         // h2load: the same request, the same simulator.
         let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-payload.json")
@@ -147,10 +153,17 @@ struct APNs: AsyncParsableCommand {
         let h2Text = String(decoding: h2Output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         h2load.waitUntilExit()
         let h2CPU = (cpuSeconds(children: true) - childCPUBefore) / Double(notifications) * 1e6
-        let h2Rate = h2Text.split(separator: "\n").first { $0.hasPrefix("finished in") }
-            .flatMap { line in line.split(separator: ",").dropFirst().first.flatMap { Double($0.trimmingCharacters(in: .whitespaces).split(separator: " ")[0]) } } ?? .nan
+        let h2Rate =
+            h2Text.split(separator: "\n").first { $0.hasPrefix("finished in") }
+            .flatMap { line in
+                line.split(separator: ",").dropFirst().first.flatMap {
+                    Double($0.trimmingCharacters(in: .whitespaces).split(separator: " ")[0])
+                }
+            } ?? .nan
         let h2Status = h2Text.split(separator: "\n").first { $0.contains("status codes:") }.map(String.init) ?? "?"
-        print("h2load:            \(format(h2Rate, 0)) notifications/s, CPU \(format(h2CPU, 1)) µs/notification (\(h2Status.trimmingCharacters(in: .whitespaces)))")
+        print(
+            "h2load:            \(format(h2Rate, 0)) notifications/s, CPU \(format(h2CPU, 1)) µs/notification (\(h2Status.trimmingCharacters(in: .whitespaces)))"
+        )
 
         // aioapns, pointed at the simulator.
         let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-key.p8")
@@ -192,7 +205,9 @@ struct APNs: AsyncParsableCommand {
         let pythonCPU = (cpuSeconds(children: true) - pythonCPUBefore) / Double(aioapnsNotifications) * 1e6
         let parts = pythonText.split(separator: " ")
         let aioRate = parts.first.flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? .nan
-        print("aioapns:           \(format(aioRate, 0)) notifications/s, CPU \(format(pythonCPU, 1)) µs/notification (\(parts.dropFirst().first.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "?") accepted of \(aioapnsNotifications))")
+        print(
+            "aioapns:           \(format(aioRate, 0)) notifications/s, CPU \(format(pythonCPU, 1)) µs/notification (\(parts.dropFirst().first.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "?") accepted of \(aioapnsNotifications))"
+        )
         print("ratio beacon / h2load:  \(format(beaconRate / h2Rate)) (aim ≥ 0.8; client CPU aim ≤ 20 µs/notification)")
         print("ratio beacon / AsyncHTTPClient: \(format(beaconRate / ahcRate))")
         print("ratio beacon / aioapns: \(format(beaconRate / aioRate)) (aim ≥ 10)")
@@ -201,7 +216,8 @@ struct APNs: AsyncParsableCommand {
 
 /// One group message to 10,000 offline members, each with a binding: time until the simulator holds every push.
 struct Fanout: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "fanout", abstract: "Group fan-out through the whole push path into the simulator.")
+    static let configuration = CommandConfiguration(
+        commandName: "fanout", abstract: "Group fan-out through the whole push path into the simulator.")
 
     @Option var members = 10_000
     @Option(help: "sqlite (default), or a postgres:// URL (a fresh schema is used and left behind).") var database = "sqlite"
@@ -235,12 +251,14 @@ struct Fanout: AsyncParsableCommand {
                     })
             }
             try await Self.measure(
-                servers, members: members, simulator: simulator, simulatorThread: simulatorThread, engine: engine, transactions: transactions)
+                servers, members: members, simulator: simulator, simulatorThread: simulatorThread, engine: engine,
+                transactions: transactions)
         }
     }
 
     private static func measure(
-        _ servers: [BenchServer], members: Int, simulator: APNsSimulator, simulatorThread: Int32, engine: String, transactions: @Sendable () -> Int?
+        _ servers: [BenchServer], members: Int, simulator: APNsSimulator, simulatorThread: Int32, engine: String,
+        transactions: @Sendable () -> Int?
     ) async throws {
         let server = servers[0]
         let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
@@ -248,15 +266,19 @@ struct Fanout: AsyncParsableCommand {
         _ = try await server.store.createUsers(names.map { NewUser(username: $0, passwordHash: "-") }, app: app.id, now: 0)
         _ = try await REST.call(
             server.baseURL, "POST", "/bench/chat/push/certificates",
-            ["name": "ios", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "BENCHKEY01",
-             "team_id": "BENCHTEAM1", "environment": "development", "bundle_id": "com.example.bench"],
+            [
+                "name": "ios", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "BENCHKEY01",
+                "team_id": "BENCHTEAM1", "environment": "development", "bundle_id": "com.example.bench",
+            ],
             token: server.appToken)
         for (index, name) in names.enumerated() {
             try await server.store.bind(
-                PushBinding(username: name, deviceID: "phone", notifier: "ios", deviceToken: String(format: "%064x", index), boundAt: 0), app: app.id)
+                PushBinding(username: name, deviceID: "phone", notifier: "ios", deviceToken: String(format: "%064x", index), boundAt: 0),
+                app: app.id)
         }
         try await server.store.createGroup(
-            GroupRecord(appID: app.id, id: "g1", name: "all", description: "", owner: names[0], maxUsers: 100_000, createdAt: 0), members: names)
+            GroupRecord(appID: app.id, id: "g1", name: "all", description: "", owner: names[0], maxUsers: 100_000, createdAt: 0),
+            members: names)
         print("fanout: \(engine), \(servers.count) node(s); 1 group message to \(members - 1) offline members with bindings")
         let transactionsBefore = transactions()
         let simulatorCPUBefore = threadCPUSeconds(simulatorThread)
@@ -275,13 +297,18 @@ struct Fanout: AsyncParsableCommand {
         }
         let elapsed = Double(monotonicNanoseconds() - start) / 1e9
         let delivered = simulator.deliveries().count
-        print("stored and acknowledged after \(format(stored, 0)) ms; simulator holds \(delivered) of \(expected) after \(format(elapsed)) s")
-        print("end-to-end pushes/s: \(format(Double(delivered) / elapsed, 0)) (aim ≥ 15,000, ratio \(format(Double(delivered) / elapsed / 15_000)))")
+        print(
+            "stored and acknowledged after \(format(stored, 0)) ms; simulator holds \(delivered) of \(expected) after \(format(elapsed)) s")
+        print(
+            "end-to-end pushes/s: \(format(Double(delivered) / elapsed, 0)) (aim ≥ 15,000, ratio \(format(Double(delivered) / elapsed / 15_000)))"
+        )
         // When the pushes arrived (the simulator's clock, ms after the send began): storing and pushing apart.
         let arrivals = simulator.deliveries().map { $0.receivedAt - startedAt }.sorted()
         if !arrivals.isEmpty {
             let at = { (share: Double) in arrivals[min(arrivals.count - 1, Int(Double(arrivals.count) * share))] }
-            print("pushes in the simulator after (ms from the send): first \(arrivals[0]), 10 % \(at(0.1)), half \(at(0.5)), 90 % \(at(0.9)), last \(arrivals[arrivals.count - 1])")
+            print(
+                "pushes in the simulator after (ms from the send): first \(arrivals[0]), 10 % \(at(0.1)), half \(at(0.5)), 90 % \(at(0.9)), last \(arrivals[arrivals.count - 1])"
+            )
         }
         let simulatorCPU = threadCPUSeconds(simulatorThread) - simulatorCPUBefore
         let processCPU = processCPUSeconds() - processCPUBefore

@@ -32,8 +32,11 @@ struct Online: AsyncParsableCommand {
         let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
         let (total, sendSeconds, elapsed, sorted) = (rate * seconds, load.sendSeconds, load.elapsed, load.latencies)
         print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
-        print("delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))")
-        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        print(
+            "delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))"
+        )
+        print(
+            "latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
         for device in devices { await device.logout() }
         await server.stop()
     }
@@ -117,7 +120,8 @@ struct Idle: AsyncParsableCommand {
 
     func run() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-idle-\(UUID().uuidString)").path
-        let executable = beacon ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
+        let executable =
+            beacon ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
         let port = 18_000 + Int.random(in: 0..<2000)
         let create = Process()
         create.executableURL = URL(fileURLWithPath: executable)
@@ -139,7 +143,10 @@ struct Idle: AsyncParsableCommand {
         for _ in 0..<100 where appToken == nil {
             appToken = try? await REST.token(
                 baseURL, app: "bench/chat",
-                ["grant_type": "client_credentials", "client_id": .string(credentials["client_id"]!), "client_secret": .string(credentials["client_secret"]!)])
+                [
+                    "grant_type": "client_credentials", "client_id": .string(credentials["client_id"]!),
+                    "client_secret": .string(credentials["client_secret"]!),
+                ])
             if appToken == nil { try await Task.sleep(for: .milliseconds(100)) }
         }
         guard let appToken else { throw BenchError("server did not start") }
@@ -209,7 +216,9 @@ struct Sync: AsyncParsableCommand {
             if received == messages { break }
         }
         let elapsed = Double(monotonicNanoseconds() - start) / 1e6
-        print("sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 200 ms, ratio \(format(elapsed / 200)))")
+        print(
+            "sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 200 ms, ratio \(format(elapsed / 200)))"
+        )
         print("rate: \(format(Double(messages) / elapsed * 1000, 0)) msg/s")
         await bob.logout()
         await server.stop()

@@ -19,7 +19,9 @@ struct Cluster: AsyncParsableCommand {
     @Option(help: "Seconds of sending.") var seconds = 10
 
     func run() async throws {
-        try await withBenchStores(database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes) {
+        try await withBenchStores(
+            database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes
+        ) {
             stores, engine, transactions in
             var servers: [BenchServer] = []
             for store in stores { servers.append(try await BenchServer.start(store: store, configure: Self.configure)) }
@@ -45,14 +47,16 @@ struct Cluster: AsyncParsableCommand {
         let devices = connected
         let total = rate * seconds
         let crossNode = (0..<total).filter { $0 % clients % servers.count != (($0 * 7 + 1) % clients) % servers.count }.count
-        print("cluster: \(engine), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
-            + "(\(total) messages, \(crossNode) between nodes)")
+        print(
+            "cluster: \(engine), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
+                + "(\(total) messages, \(crossNode) between nodes)")
         let transactionsBefore = transactions()
         let trafficBefore = servers.compactMap(\.server.clusterTraffic)
         let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
         let (elapsed, sorted) = (load.elapsed, load.latencies)
         print("delivered \(sorted.count) of \(total) in \(format(elapsed)) s: \(format(Double(sorted.count) / elapsed, 0)) msg/s")
-        print("latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        print(
+            "latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
         if let before = transactionsBefore, let after = transactions() {
             print("database transactions per message: \(format(Double(after - before) / Double(total)))")
         }
@@ -60,8 +64,9 @@ struct Cluster: AsyncParsableCommand {
         if !trafficAfter.isEmpty {
             let letters = zip(trafficAfter, trafficBefore).map { $0.letters - $1.letters }.reduce(0, +)
             let notifications = zip(trafficAfter, trafficBefore).map { $0.notifications - $1.notifications }.reduce(0, +)
-            print("letters per message: \(format(Double(letters) / Double(total))); NOTIFYs per message: "
-                + "\(format(Double(notifications) / Double(total))) (\(format(Double(notifications) / elapsed, 0))/s)")
+            print(
+                "letters per message: \(format(Double(letters) / Double(total))); NOTIFYs per message: "
+                    + "\(format(Double(notifications) / Double(total))) (\(format(Double(notifications) / elapsed, 0))/s)")
         }
         for device in devices { await device.logout() }
         for server in servers { await server.stop() }

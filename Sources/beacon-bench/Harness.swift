@@ -1,15 +1,15 @@
 import BeaconClient
 import BeaconCore
 import BeaconPostgres
-import BeaconServer
 import BeaconSQLite
+import BeaconServer
 import BeaconStorage
 import Foundation
 import Logging
 import ServiceLifecycle
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// A Beacon server started in this process on a free port, with app `bench/chat`.
@@ -48,7 +48,10 @@ struct BenchServer {
             if let credentials {
                 try await REST.token(
                     baseURL, app: "bench/chat",
-                    ["grant_type": "client_credentials", "client_id": .string(credentials.clientID), "client_secret": .string(credentials.clientSecret)])
+                    [
+                        "grant_type": "client_credentials", "client_id": .string(credentials.clientID),
+                        "client_secret": .string(credentials.clientSecret),
+                    ])
             } else if let existing {
                 server.issueToken(app: existing)
             } else {
@@ -109,7 +112,8 @@ func residentBytes(pid: Int32 = getpid()) -> Int {
 
 /// The calling thread's kernel id (`/proc/thread-self` links to `PID/task/TID`; Glibc's `gettid` is not imported).
 func threadID() -> Int32 {
-    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")).flatMap { Int32($0.split(separator: "/").last ?? "") } ?? 0
+    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")).flatMap { Int32($0.split(separator: "/").last ?? "") }
+        ?? 0
 }
 
 /// CPU time (user + system, seconds) of one thread of this process (Linux `/proc`).
@@ -148,7 +152,8 @@ func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(
 /// schema, one pool per node, as separate processes have). The engine's name and a count of PostgreSQL transactions
 /// run so far (nil on SQLite) come with them.
 func withBenchStores(
-    database: String, nodes: Int, _ body: @Sendable ([any BeaconStore], _ engine: String, _ transactions: @escaping @Sendable () -> Int?) async throws -> Void
+    database: String, nodes: Int,
+    _ body: @Sendable ([any BeaconStore], _ engine: String, _ transactions: @escaping @Sendable () -> Int?) async throws -> Void
 ) async throws {
     if database == "sqlite" {
         guard nodes == 1 else { throw BenchError("SQLite serves one node") }

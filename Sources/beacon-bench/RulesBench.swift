@@ -30,13 +30,15 @@ struct Rules: AsyncParsableCommand {
                 let context = PushContext(
                     message: message, recipient: username,
                     devices: [BoundDevice(deviceID: "phone", notifier: "ios", online: false)], anyDeviceOnline: false, policy: .allOffline,
-                    appSettings: AppPushSettings(remindType: index % 3 == 0 ? .mentionsOnly : nil, quietHours: index % 5 == 0 ? quiet : nil),
+                    appSettings: AppPushSettings(
+                        remindType: index % 3 == 0 ? .mentionsOnly : nil, quietHours: index % 5 == 0 ? quiet : nil),
                     conversationSettings: ConversationPushSettings(), timeZone: tokyo, now: 1_800_000_000_000)
                 let decisions = PushDecision.decide(context)
                 guard decisions.contains(where: { $0.skip == nil }) else { continue }
                 let payload = try payloads.build(
                     PayloadInput(
-                        message: message, receiver: username, badge: index % 20, senderNickname: "Alice", style: index % 2 == 0 ? .messageSummary : .simpleBanner,
+                        message: message, receiver: username, badge: index % 20, senderNickname: "Alice",
+                        style: index % 2 == 0 ? .messageSummary : .simpleBanner,
                         language: index % 4 == 0 ? "ja" : nil, templates: templates))
                 pushed += payload.json.isEmpty ? 0 : 1
             }

@@ -23,7 +23,8 @@ struct Setting<Value: Sendable>: DocumentedSetting {
 
     /// The flag's `--help` text: the meaning, the environment variable and the default.
     var help: ArgumentHelp {
-        ArgumentHelp("\(meaning) [\([environment.map { "env \($0)" }, "default \(defaultText)"].compactMap { $0 }.joined(separator: "; "))]")
+        ArgumentHelp(
+            "\(meaning) [\([environment.map { "env \($0)" }, "default \(defaultText)"].compactMap { $0 }.joined(separator: "; "))]")
     }
 }
 
@@ -146,7 +147,8 @@ enum Settings {
         meaning: "A JSON file of settings by their file key (e.g. `{\"port\": 9000}`).")
 
     static let all: [any DocumentedSetting] = [
-        host, port, dataDir, database, durability, nodeID, trustedProxies, secretKey, logLevel, logFormat, apnsSimulator, apnsEndpoint, apnsCA,
+        host, port, dataDir, database, durability, nodeID, trustedProxies, secretKey, logLevel, logFormat, apnsSimulator, apnsEndpoint,
+        apnsCA,
         webhookPrivateTargets, sendRatePerUser, sendRatePerApp, userGroupMaxUsers, demo, configFile,
     ]
 

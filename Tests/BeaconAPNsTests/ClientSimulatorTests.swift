@@ -72,7 +72,8 @@ import Testing
     /// A header HTTP/2 cannot carry is refused before a stream is taken, as a failure not worth retrying; had it reached
     /// NIOHTTP2, each would keep a stream slot, and with the server's limit at 2 the third would end the connection.
     @Test func aHeaderHTTP2CannotCarryIsRefusedWithoutCostingTheConnection() async throws {
-        try await withSimulator(maxConcurrentStreams: 2, client: .init(connections: 1, requestTimeout: .seconds(10))) { simulator, client, _ in
+        try await withSimulator(maxConcurrentStreams: 2, client: .init(connections: 1, requestTimeout: .seconds(10))) {
+            simulator, client, _ in
             _ = try await client.send(alert("first"))
             for bad in [alert(collapseID: "a\nb"), alert(collapseID: "nul\u{0}"), alert(token: "ab cd"), alert(topic: "com.example\r")] {
                 do throws(APNsFailure) {
@@ -119,7 +120,9 @@ import Testing
                 #expect(timestamp == 1_700_000_000_000)
             }
             // VoIP is allowed 5120 bytes on its own topic.
-            let voip = alert(topic: bundleID + ".voip", pushType: .voip, payload: Array(("{\"x\":\"" + String(repeating: "v", count: 5000) + "\"}").utf8))
+            let voip = alert(
+                topic: bundleID + ".voip", pushType: .voip, payload: Array(("{\"x\":\"" + String(repeating: "v", count: 5000) + "\"}").utf8)
+            )
             _ = try await client.send(voip)
             #expect(simulator.deliveries().map(\.pushType) == ["voip"])
         }
@@ -170,7 +173,8 @@ import Testing
 
 @Suite struct FaultTests {
     @Test func goAwayStopsTheConnectionAndTheNextSendReconnects() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
+            simulator, client, _ in
             var faults = SimulatorFaults()
             faults.goAwayAfter = 2
             faults.goAwayReason = "Shutdown"
@@ -190,7 +194,8 @@ import Testing
     }
 
     @Test func aResetConnectionFailsInFlightSendsAndIsReplaced() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) { simulator, client, _ in
+        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
+            simulator, client, _ in
             var faults = SimulatorFaults()
             faults.resetAfter = 1
             simulator.setFaults(faults)
@@ -268,7 +273,8 @@ import Testing
         try await withSimulator(environment: .production) { simulator, _, _ in
             let pki = try ClientPKI.make()
             try simulator.registerCertificateAuthority(pem: pki.caPEM, topics: [bundleID], environment: .development)
-            let client = APNsClient(credentials: .certificate(chain: pki.chain, key: pki.key), endpoint: simulator.endpoint(await simulator.endpoints()))
+            let client = APNsClient(
+                credentials: .certificate(chain: pki.chain, key: pki.key), endpoint: simulator.endpoint(await simulator.endpoints()))
             #expect(await rejection(client, alert()) == Rejection(403, .badCertificateEnvironment))
             await client.shutdown()
         }

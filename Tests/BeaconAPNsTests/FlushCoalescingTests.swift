@@ -1,7 +1,8 @@
-@testable import BeaconAPNs
 import NIOCore
 import NIOEmbedded
 import Testing
+
+@testable import BeaconAPNs
 
 /// Records the flushes and closes that get past the handler under test (it sits where TLS would).
 private final class OutboundRecorder: ChannelOutboundHandler {

@@ -52,12 +52,15 @@ func withSimulator<T: Sendable>(
 
 extension APNsSimulator {
     func endpoint(_ endpoints: Endpoints) -> APNsEndpoint {
-        APNsEndpoint(host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: [try! NIOSSLCertificate(bytes: Array(caPEM.utf8), format: .pem)])
+        APNsEndpoint(
+            host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: [try! NIOSSLCertificate(bytes: Array(caPEM.utf8), format: .pem)])
     }
 }
 
-func alert(_ body: String = "hello", token: String = deviceToken, topic: String = bundleID, pushType: APNsPushType = .alert,
-           priority: Int? = 10, collapseID: String? = nil, payload: [UInt8]? = nil) -> APNsNotification {
+func alert(
+    _ body: String = "hello", token: String = deviceToken, topic: String = bundleID, pushType: APNsPushType = .alert,
+    priority: Int? = 10, collapseID: String? = nil, payload: [UInt8]? = nil
+) -> APNsNotification {
     APNsNotification(
         deviceToken: token, topic: topic, pushType: pushType, priority: priority, expiration: 0, collapseID: collapseID,
         payload: payload ?? Array(#"{"aps":{"alert":{"body":"\#(body)"}}}"#.utf8))
@@ -106,7 +109,8 @@ struct ClientPKI {
             }, issuerPrivateKey: .init(caKey))
         let clientKey = P256.Signing.PrivateKey()
         let client = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(clientKey.publicKey), notValidBefore: now - 3600, notValidAfter: now + 86400,
+            version: .v3, serialNumber: .init(), publicKey: .init(clientKey.publicKey), notValidBefore: now - 3600,
+            notValidAfter: now + 86400,
             issuer: caName, subject: try DistinguishedName { CommonName(commonName) }, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)

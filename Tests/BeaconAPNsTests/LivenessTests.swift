@@ -203,7 +203,6 @@ import Testing
     }
 }
 
-
 /// The alert body of a payload made by `alert(_:)`.
 func alertBody(_ payload: JSONPayload) -> String? {
     guard case .object(let root) = payload, case .object(let aps)? = root["aps"], case .object(let alert)? = aps["alert"],

@@ -1,9 +1,10 @@
-@testable import APNsSimulator
 import BeaconAPNs
 import Crypto
 import Foundation
 import NIOHPACK
 import Testing
+
+@testable import APNsSimulator
 
 /// Apple's header checks, one by one, including those a well-behaved client never triggers.
 @Suite struct ValidatorTests {
@@ -35,7 +36,8 @@ import Testing
 
     func reason(_ headers: HPACKHeaders, body: [UInt8]? = nil) throws -> APNsReason? {
         let (validator, _) = try validator()
-        if case .rejected(let reason, _, _) = validator.validate(headers: headers, body: body ?? self.body, connection: ConnectionAuth()).0 {
+        if case .rejected(let reason, _, _) = validator.validate(headers: headers, body: body ?? self.body, connection: ConnectionAuth()).0
+        {
             return reason
         }
         return nil
@@ -43,7 +45,8 @@ import Testing
 
     @Test func aWellFormedRequestIsAccepted() throws {
         let (validator, _) = try validator()
-        let (answer, delivery) = validator.validate(headers: try headers([("apns-id", "9b9e7f6e-0d6b-4f4e-8a57-2f3f4bb7c001")]), body: body, connection: ConnectionAuth())
+        let (answer, delivery) = validator.validate(
+            headers: try headers([("apns-id", "9b9e7f6e-0d6b-4f4e-8a57-2f3f4bb7c001")]), body: body, connection: ConnectionAuth())
         guard case .accepted(let apnsID) = answer else {
             Issue.record("rejected: \(answer)")
             return

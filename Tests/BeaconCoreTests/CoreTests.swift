@@ -112,11 +112,13 @@ import Testing
 @Suite struct FrameTests {
     @Test func clientFramesRoundTrip() throws {
         let frames: [ClientFrame] = [
-            .send(.init(id: "c1", to: "bob", chatType: .chat, type: .txt, body: ["msg": "hi"], ext: ["k": true], routetype: "ROUTE_ONLINE")),
+            .send(
+                .init(id: "c1", to: "bob", chatType: .chat, type: .txt, body: ["msg": "hi"], ext: ["k": true], routetype: "ROUTE_ONLINE")),
             .send(.init(id: "c\"2", to: "g", chatType: .groupchat, type: .custom, body: ["list": [1, 2.5, true, nil, ["k": "名前"]]])),
             .send(.init(id: "c3", to: "bob", chatType: .chat, type: .txt, body: nil)),
             .ack(seq: 42), .ack(seq: 9_007_199_254), .sync, .ping, .logout, .readAll, .badge(count: 7),
-            .read(chatType: .chat, conversation: "bob", upTo: "912205496344117248"), .read(chatType: .groupchat, conversation: "g", upTo: nil),
+            .read(chatType: .chat, conversation: "bob", upTo: "912205496344117248"),
+            .read(chatType: .groupchat, conversation: "g", upTo: nil),
         ]
         for frame in frames {
             // As the SDK writes it (JSONWriter) and the server reads it (JSONReader), and through Codable: the same frame.
@@ -126,8 +128,9 @@ import Testing
             #expect(try JSONDecoder().decode(JSONValue.self, from: data) == frame.jsonValue)
         }
         // Field names as the protocol documents them.
-        #expect(ClientFrame.read(chatType: .chat, conversation: "bob", upTo: "7").json
-            == #"{"chat_type":"chat","conversation":"bob","op":"read","up_to":"7"}"#)
+        #expect(
+            ClientFrame.read(chatType: .chat, conversation: "bob", upTo: "7").json
+                == #"{"chat_type":"chat","conversation":"bob","op":"read","up_to":"7"}"#)
         #expect(ClientFrame.badge(count: 3).json == #"{"count":3,"op":"badge"}"#)
     }
 
@@ -156,10 +159,11 @@ import Testing
 
     @Test func serverFramesRoundTrip() throws {
         let message = WireMessage(Message(id: 7, from: "a", to: "b", chatType: .chat, type: .txt, body: ["msg": "x"], timestamp: 5))
-        let rich = WireMessage(Message(
-            id: 912_205_496_344_117_248, from: "a\"q", to: "g", chatType: .groupchat, type: .custom,
-            body: ["customEvent": "e", "list": [1, 2.5, true, nil, ["k": "名前"]]], ext: ["em_at_list": ["b"], "n": 1_795_321_311_812],
-            timestamp: 1_795_321_311_812, onlineOnly: true))
+        let rich = WireMessage(
+            Message(
+                id: 912_205_496_344_117_248, from: "a\"q", to: "g", chatType: .groupchat, type: .custom,
+                body: ["customEvent": "e", "list": [1, 2.5, true, nil, ["k": "名前"]]], ext: ["em_at_list": ["b"], "n": 1_795_321_311_812],
+                timestamp: 1_795_321_311_812, onlineOnly: true))
         let frames: [ServerFrame] = [
             .welcome(username: "a", deviceID: "d", cursor: 3), .message(seq: 4, message: message), .message(seq: nil, message: message),
             .message(seq: 9_007_199_254, message: rich), .sent(id: "c1", messageID: "7", timestamp: 5), .synced(seq: 9), .pong,
@@ -176,8 +180,10 @@ import Testing
             #expect(try JSONDecoder().decode(JSONValue.self, from: data) == frame.jsonValue)
         }
         // Field names as the protocol documents them.
-        #expect(ServerFrame.message(seq: 4, message: message).json
-            == #"{"message":{"body":{"msg":"x"},"chat_type":"chat","ext":{},"from":"a","msg_id":"7","timestamp":5,"to":"b","type":"txt"},"op":"msg","seq":4}"#)
+        #expect(
+            ServerFrame.message(seq: 4, message: message).json
+                == #"{"message":{"body":{"msg":"x"},"chat_type":"chat","ext":{},"from":"a","msg_id":"7","timestamp":5,"to":"b","type":"txt"},"op":"msg","seq":4}"#
+        )
     }
 
     @Test func sendFrameUsesDocumentedFieldNames() throws {

@@ -17,7 +17,9 @@ import Testing
         mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
     }
 
-    static let alphabet: [Unicode.Scalar] = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\r", "\t", "\u{01}", "\u{1F}", "\u{7F}", "é", "名", "😀", "\u{FFFF}", "\u{2028}"]
+    static let alphabet: [Unicode.Scalar] = [
+        "a", "Z", "0", " ", "\"", "\\", "/", "\n", "\r", "\t", "\u{01}", "\u{1F}", "\u{7F}", "é", "名", "😀", "\u{FFFF}", "\u{2028}",
+    ]
 
     static func string(_ random: inout Random) -> String {
         var text = ""
@@ -42,7 +44,7 @@ import Testing
     }
 
     @Test func readsBackWhatTheWriterWrites() throws {
-        var random = Random(state: 20261124)
+        var random = Random(state: 20_261_124)
         for _ in 0..<3_000 {
             let value = Self.value(&random)
             let text = JSONWriter.string(value)

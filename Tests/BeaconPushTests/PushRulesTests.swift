@@ -19,7 +19,9 @@ import Testing
         #expect(try DailyQuietHours.parse("22:0-7:0")?.description == "22:0-7:0")
     }
 
-    @Test(arguments: ["25:00-1:00", "8-10", "a:b-c:d", "8:60-9:00", "8:00", "8:00-9:00-10:00", "", "-1:00-2:00", "8:000-9:00", " 8:00-9:00"])
+    @Test(arguments: [
+        "25:00-1:00", "8-10", "a:b-c:d", "8:60-9:00", "8:00", "8:00-9:00-10:00", "", "-1:00-2:00", "8:000-9:00", " 8:00-9:00",
+    ])
     func rejectsMalformedIntervals(_ text: String) {
         #expect(throws: BeaconError.self) { try DailyQuietHours.parse(text) }
     }
@@ -86,7 +88,9 @@ import Testing
     static let pad = BoundDevice(deviceID: "pad", notifier: "ios-pad", online: false)
 
     static func message(_ ext: [String: JSONValue] = [:], type: MessageType = .txt, onlineOnly: Bool = false) -> Message {
-        Message(id: 1, from: "alice", to: "bob", chatType: .chat, type: type, body: ["msg": "hi"], ext: ext, timestamp: now, onlineOnly: onlineOnly)
+        Message(
+            id: 1, from: "alice", to: "bob", chatType: .chat, type: type, body: ["msg": "hi"], ext: ext, timestamp: now,
+            onlineOnly: onlineOnly)
     }
 
     static func context(
@@ -139,15 +143,17 @@ import Testing
                                         // The spec, rule by rule.
                                         let effectiveMode = (conversationMode == .default ? nil : conversationMode) ?? appMode ?? .all
                                         let expected: SkipReason? =
-                                            if silent { .silent }
-                                            else if policy == .allOffline && online != "none" { .online }
-                                            else if policy == .anyOffline && online == "this" { .online }
-                                            else if forced { nil }
-                                            else if dnd != "none" { .doNotDisturb }
-                                            else if effectiveMode == .none { .modeNone }
-                                            else if effectiveMode == .mentionsOnly && !mentioned { .notMentioned }
-                                            else { nil }
-                                        #expect(got == [expected], "silent \(silent) force \(forced) dnd \(dnd) app \(String(describing: appMode)) conv \(String(describing: conversationMode)) mention \(mentioned) online \(online) \(policy)")
+                                            if silent { .silent } else if policy == .allOffline && online != "none" {
+                                                .online
+                                            } else if policy == .anyOffline && online == "this" { .online } else if forced {
+                                                nil
+                                            } else if dnd != "none" { .doNotDisturb } else if effectiveMode == .none {
+                                                .modeNone
+                                            } else if effectiveMode == .mentionsOnly && !mentioned { .notMentioned } else { nil }
+                                        #expect(
+                                            got == [expected],
+                                            "silent \(silent) force \(forced) dnd \(dnd) app \(String(describing: appMode)) conv \(String(describing: conversationMode)) mention \(mentioned) online \(online) \(policy)"
+                                        )
                                         checked += 1
                                     }
                                 }
@@ -169,16 +175,34 @@ import Testing
 
     @Test func anyOfflinePushesOnlyTheOfflineDevices() {
         let online = BoundDevice(deviceID: "pad", notifier: "ios", online: true)
-        #expect(Self.reasons(Self.context(Self.message(), devices: [Self.phone, online], anyOnline: true, policy: .anyOffline)) == [nil, .online])
-        #expect(Self.reasons(Self.context(Self.message(), devices: [Self.phone, online], anyOnline: true, policy: .allOffline)) == [.online, .online])
+        #expect(
+            Self.reasons(Self.context(Self.message(), devices: [Self.phone, online], anyOnline: true, policy: .anyOffline)) == [
+                nil, .online,
+            ])
+        #expect(
+            Self.reasons(Self.context(Self.message(), devices: [Self.phone, online], anyOnline: true, policy: .allOffline)) == [
+                .online, .online,
+            ])
     }
 
     @Test func thePushFilterNarrowsTheDevices() {
         let devices = [Self.phone, Self.pad]
-        #expect(Self.reasons(Self.context(Self.message(["em_push_filter": ["accept_device_id": ["pad"]]]), devices: devices)) == [.filtered, nil])
-        #expect(Self.reasons(Self.context(Self.message(["em_push_filter": ["ignore_device_id": ["pad"]]]), devices: devices)) == [nil, .filtered])
-        #expect(Self.reasons(Self.context(Self.message(["em_push_filter": ["accept_notifier_name": ["ios"]]]), devices: devices)) == [nil, .filtered])
-        #expect(Self.reasons(Self.context(Self.message(["em_push_filter": ["ignore_notifier_name": ["ios"]]]), devices: devices)) == [.filtered, nil])
+        #expect(
+            Self.reasons(Self.context(Self.message(["em_push_filter": ["accept_device_id": ["pad"]]]), devices: devices)) == [
+                .filtered, nil,
+            ])
+        #expect(
+            Self.reasons(Self.context(Self.message(["em_push_filter": ["ignore_device_id": ["pad"]]]), devices: devices)) == [
+                nil, .filtered,
+            ])
+        #expect(
+            Self.reasons(Self.context(Self.message(["em_push_filter": ["accept_notifier_name": ["ios"]]]), devices: devices)) == [
+                nil, .filtered,
+            ])
+        #expect(
+            Self.reasons(Self.context(Self.message(["em_push_filter": ["ignore_notifier_name": ["ios"]]]), devices: devices)) == [
+                .filtered, nil,
+            ])
     }
 
     @Test func mentionsAreFoundWhereverTheSeedsPutThem() {
@@ -188,7 +212,8 @@ import Testing
         ] {
             #expect(PushDecision.mentions(Self.message(ext), "bob"), "\(ext)")
         }
-        for ext: [String: JSONValue] in [[:], ["em_at_list": ["carol"]], ["em_at_list": "bob"], ["em_apns_ext": ["em_at_list": ["carol"]]]] {
+        for ext: [String: JSONValue] in [[:], ["em_at_list": ["carol"]], ["em_at_list": "bob"], ["em_apns_ext": ["em_at_list": ["carol"]]]]
+        {
             #expect(!PushDecision.mentions(Self.message(ext), "bob"), "\(ext)")
         }
     }

@@ -7,9 +7,15 @@ import Testing
     @Test func aWithdrawalHoldsOnlyContentAvailableInApsAndTheNewestReads() throws {
         let json = WithdrawalPayload.json(
             badge: 2, reads: [WithdrawalPayload.Read(conversation: ConversationID(chatType: .groupchat, key: "g\"1"), upTo: 42)])
-        #expect(json == #"{"aps":{"content-available":1},"beacon":{"badge":2,"read":[{"chat_type":"groupchat","conversation":"g\"1","up_to":"42"}]}}"#)
+        #expect(
+            json
+                == #"{"aps":{"content-available":1},"beacon":{"badge":2,"read":[{"chat_type":"groupchat","conversation":"g\"1","up_to":"42"}]}}"#
+        )
         // However many conversations and however long their keys, the payload stays within APNs' 4 KB and keeps the newest.
-        let many = (0..<40).map { WithdrawalPayload.Read(conversation: ConversationID(chatType: .chat, key: String(repeating: "k", count: 128) + "\($0)"), upTo: UInt64.max) }
+        let many = (0..<40).map {
+            WithdrawalPayload.Read(
+                conversation: ConversationID(chatType: .chat, key: String(repeating: "k", count: 128) + "\($0)"), upTo: UInt64.max)
+        }
         let big = WithdrawalPayload.json(badge: Int.max, reads: many)
         #expect(big.utf8.count <= 4096)
         let parsed = try JSONDecoder().decode(JSONValue.self, from: Data(big.utf8))

@@ -12,7 +12,8 @@ import Testing
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice")
             let wrongSecret = try await beacon.rest(
-                "POST", "/token", ["grant_type": "client_credentials", "client_id": .string(beacon.credentials!.clientID), "client_secret": "nope"],
+                "POST", "/token",
+                ["grant_type": "client_credentials", "client_id": .string(beacon.credentials!.clientID), "client_secret": "nope"],
                 anonymous: true)
             #expect(wrongSecret.status == 400)
             #expect(wrongSecret.json["error"] == "invalid_grant")
@@ -21,10 +22,12 @@ import Testing
             #expect(wrongPassword.json["error"] == "invalid_grant")
             let unknownGrant = try await beacon.rest("POST", "/token", ["grant_type": "magic"], anonymous: true)
             #expect(unknownGrant.status == 400)
-            let good = try await beacon.rest("POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw"], anonymous: true)
+            let good = try await beacon.rest(
+                "POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw"], anonymous: true)
             #expect(good.json["user"]?["username"] == "alice")
             #expect(good.json["expires_in"]?.intValue == 7 * 24 * 3600)
-            let otherApp = try await TestBeacon.rest(beacon.baseURL, "POST", "/acme/nope/token", body: ["grant_type": "password"], token: nil)
+            let otherApp = try await TestBeacon.rest(
+                beacon.baseURL, "POST", "/acme/nope/token", body: ["grant_type": "password"], token: nil)
             #expect(otherApp.0 == 404)
             #expect(otherApp.1["error"] == "organization_application_not_found")
         }
@@ -45,7 +48,8 @@ import Testing
             let impersonation = try await beacon.rest(
                 "POST", "/messages/users", ["from": "bob", "to": ["alice"], "type": "txt", "body": ["msg": "x"]], token: alice)
             #expect(impersonation.status == 403)
-            let ownSend = try await beacon.rest("POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"]], token: alice)
+            let ownSend = try await beacon.rest(
+                "POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"]], token: alice)
             #expect(ownSend.status == 200)
         }
     }
@@ -69,12 +73,15 @@ import Testing
             let other = try await AppProvisioning.create(AppKey(org: "acme", name: "other"), in: beacon.store)
             let otherToken = try await TestBeacon.rest(
                 beacon.baseURL, "POST", "/acme/other/token",
-                body: ["grant_type": "client_credentials", "client_id": .string(other.clientID), "client_secret": .string(other.clientSecret)],
+                body: [
+                    "grant_type": "client_credentials", "client_id": .string(other.clientID), "client_secret": .string(other.clientSecret),
+                ],
                 token: nil
             ).1["access_token"]?.stringValue
             #expect(try await beacon.rest("GET", "/users/alice", token: otherToken).status == 401)
 
-            let short = try await beacon.rest("POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw", "ttl": 60], anonymous: true)
+            let short = try await beacon.rest(
+                "POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw", "ttl": 60], anonymous: true)
             let token = try #require(short.json["access_token"]?.stringValue)
             #expect(try await beacon.rest("GET", "/users/alice", token: token).status == 200)
             clock.advance(seconds: 61)
@@ -87,8 +94,10 @@ import Testing
             try await beacon.createUsers("alice")
             let token = try await beacon.userToken("alice")
             let url = "ws://127.0.0.1:\(beacon.port)/acme/chat/ws"
-            for (query, reason) in [("?device_id=d1", "no token"), ("?device_id=d1&access_token=\(beacon.appToken)", "app token"),
-                                    ("?access_token=\(token)", "no device id")] {
+            for (query, reason) in [
+                ("?device_id=d1", "no token"), ("?device_id=d1&access_token=\(beacon.appToken)", "app token"),
+                ("?access_token=\(token)", "no device id"),
+            ] {
                 await #expect(throws: (any Error).self, "\(reason)") {
                     try await WebSocketClient.connect(url: url + query, logger: Logger(label: "test")) { _, _, _ in }
                 }
@@ -110,7 +119,8 @@ import Testing
             #expect(unknownType.json["error"] == "json_parse")
             let badBody = try await beacon.rest("POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["text": "x"]])
             #expect(badBody.json["error"] == "illegal_argument")
-            let unknownUser = try await beacon.rest("POST", "/messages/users", ["to": ["bob", "ghost"], "type": "txt", "body": ["msg": "x"]])
+            let unknownUser = try await beacon.rest(
+                "POST", "/messages/users", ["to": ["bob", "ghost"], "type": "txt", "body": ["msg": "x"]])
             #expect(unknownUser.status == 404)
             #expect(unknownUser.json["error"] == "user_not_found")
             let unknownGroup = try await beacon.rest("POST", "/messages/chatgroups", ["to": ["123"], "type": "txt", "body": ["msg": "x"]])
@@ -122,9 +132,11 @@ import Testing
             let tooMany = try await beacon.rest(
                 "POST", "/messages/users", ["to": .array((0...600).map { .string("u\($0)") }), "type": "txt", "body": ["msg": "x"]])
             #expect(tooMany.json["error"] == "illegal_argument")
-            let legacyTarget = try await beacon.rest("POST", "/messages", ["target_type": "rooms", "target": ["bob"], "msg": ["type": "txt", "msg": "x"]])
+            let legacyTarget = try await beacon.rest(
+                "POST", "/messages", ["target_type": "rooms", "target": ["bob"], "msg": ["type": "txt", "msg": "x"]])
             #expect(legacyTarget.json["error"] == "illegal_argument")
-            let badRoute = try await beacon.rest("POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"], "routetype": "ROUTE_ALL"])
+            let badRoute = try await beacon.rest(
+                "POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"], "routetype": "ROUTE_ALL"])
             #expect(badRoute.json["error"] == "illegal_argument")
             let hugeBody = try await beacon.rest("POST", "/users", raw: Data(repeating: UInt8(ascii: " "), count: 300 * 1024))
             #expect(hugeBody.status == 413)
@@ -137,8 +149,11 @@ import Testing
     @Test func userFieldsAreValidated() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice")
-            #expect(try await beacon.rest("POST", "/users", ["username": "Bad Name", "password": "pw"]).json["error"] == "illegal_argument")
-            #expect(try await beacon.rest("POST", "/users", ["username": "alice", "password": "pw"]).json["error"] == "duplicate_unique_property_exists")
+            #expect(
+                try await beacon.rest("POST", "/users", ["username": "Bad Name", "password": "pw"]).json["error"] == "illegal_argument")
+            #expect(
+                try await beacon.rest("POST", "/users", ["username": "alice", "password": "pw"]).json["error"]
+                    == "duplicate_unique_property_exists")
             #expect(try await beacon.rest("PUT", "/users/alice", ["timezone": "Mars/Olympus"]).json["error"] == "illegal_argument")
             #expect(try await beacon.rest("PUT", "/users/alice", ["nickname": .string(String(repeating: "n", count: 101))]).status == 400)
             let updated = try await beacon.rest("PUT", "/users/alice", ["nickname": "Alice", "timezone": "Asia/Tokyo"])
@@ -155,7 +170,9 @@ import Testing
     @Test func groupMembershipIsManagedByItsOwner() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice", "bob", "carol")
-            #expect(try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["ghost"]]).json["error"] == "user_not_found")
+            #expect(
+                try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["ghost"]]).json["error"]
+                    == "user_not_found")
             let group = try await beacon.createGroup(owner: "alice", members: ["bob"])
             let bob = try await beacon.userToken("bob")
             let carol = try await beacon.userToken("carol")
@@ -176,25 +193,30 @@ import Testing
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice")
             let token = try await beacon.userToken("alice")
-            let frames = Collector<ServerFrame>(AsyncStream { continuation in
-                Task {
-                    try await WebSocketClient.connect(
-                        url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=raw&access_token=\(token)", logger: Logger(label: "test")
-                    ) { inbound, outbound, _ in
-                        try await outbound.write(.text("not json"))
-                        try await outbound.write(.text(#"{"op":"fly"}"#))
-                        try await outbound.write(.text(#"{"op":"send","id":"x1","to":"ghost","chat_type":"chat","type":"txt","body":{"msg":"hi"}}"#))
-                        try await outbound.write(.binary(.init(bytes: [1, 2, 3])))
-                        try await outbound.write(.text(#"{"op":"ping"}"#))
-                        for try await message in inbound.messages(maxSize: 1 << 20) {
-                            guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
-                            continuation.yield(frame)
-                            if frame == .pong { try await outbound.close(.normalClosure, reason: nil) }
+            let frames = Collector<ServerFrame>(
+                AsyncStream { continuation in
+                    Task {
+                        try await WebSocketClient.connect(
+                            url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=raw&access_token=\(token)",
+                            logger: Logger(label: "test")
+                        ) { inbound, outbound, _ in
+                            try await outbound.write(.text("not json"))
+                            try await outbound.write(.text(#"{"op":"fly"}"#))
+                            try await outbound.write(
+                                .text(#"{"op":"send","id":"x1","to":"ghost","chat_type":"chat","type":"txt","body":{"msg":"hi"}}"#))
+                            try await outbound.write(.binary(.init(bytes: [1, 2, 3])))
+                            try await outbound.write(.text(#"{"op":"ping"}"#))
+                            for try await message in inbound.messages(maxSize: 1 << 20) {
+                                guard case .text(let text) = message,
+                                    let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                                else { continue }
+                                continuation.yield(frame)
+                                if frame == .pong { try await outbound.close(.normalClosure, reason: nil) }
+                            }
+                            continuation.finish()
                         }
-                        continuation.finish()
                     }
-                }
-            })
+                })
             let received = try await frames.wait { $0.contains(.pong) }
             let errors = received.compactMap { frame -> (String?, String)? in
                 if case .error(let id, let code, _) = frame { return (id, code) }

@@ -7,7 +7,7 @@ import Testing
 @testable import BeaconServer
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Revoking one app's credentials: `POST /{org}/{app}/credentials/rotate` (the console's button), `beacon app
@@ -25,14 +25,17 @@ import FoundationNetworking
     private static func signIn(_ baseURL: URL, clientID: String, secret: String) async throws -> (cookie: String, csrf: String) {
         let answer = try await send(
             baseURL, "POST", "/console/session",
-            body: #"{"org":"acme","app":"chat","client_id":"\#(clientID)","client_secret":"\#(secret)"}"#, headers: ["Content-Type": "application/json"])
+            body: #"{"org":"acme","app":"chat","client_id":"\#(clientID)","client_secret":"\#(secret)"}"#,
+            headers: ["Content-Type": "application/json"])
         #expect(answer.status == 200)
         let cookie = try #require(answer.headers["set-cookie"]?.split(separator: ";").first.map(String.init))
         return (cookie, try #require(answer.json["csrf_token"]?.stringValue))
     }
 
     private static func grant(clientID: String, secret: String, ttl: Int? = nil) -> JSONValue {
-        var body: [String: JSONValue] = ["grant_type": "client_credentials", "client_id": .string(clientID), "client_secret": .string(secret)]
+        var body: [String: JSONValue] = [
+            "grant_type": "client_credentials", "client_id": .string(clientID), "client_secret": .string(secret),
+        ]
         if let ttl { body["ttl"] = .number(Double(ttl)) }
         return .object(body)
     }
@@ -45,7 +48,8 @@ import FoundationNetworking
             let old = try #require(beacon.credentials)
             try await beacon.createUsers("alice")
             let userToken = try await beacon.userToken("alice")
-            let issued = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
+            let issued = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
             let oldToken = try #require(issued.json["access_token"]?.stringValue)
             #expect(try await beacon.rest("GET", "/users/alice", token: oldToken).status == 200)
             let (cookie, csrf) = try await Self.signIn(beacon.baseURL, clientID: old.clientID, secret: old.clientSecret)
@@ -80,7 +84,8 @@ import FoundationNetworking
             let withSession = try await Self.send(beacon.baseURL, "GET", "/acme/chat/users/alice", headers: session)
             #expect(withSession.status == 401 && withSession.json["error"] == "auth_bad_access_token")
             // The old secret obtains nothing, here or at the console.
-            let refused = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
+            let refused = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
             #expect(refused.status == 400 && refused.json["error"] == "invalid_grant")
             let console = try await Self.send(
                 beacon.baseURL, "POST", "/console/session",
@@ -122,22 +127,28 @@ import FoundationNetworking
             clock.advance(seconds: 1)
             let expired = try await beacon.rest("GET", "/users")
             #expect(expired.status == 401 && expired.json["error"] == "auth_bad_access_token")
-            let refused = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
+            let refused = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: old.clientSecret), anonymous: true)
             #expect(refused.status == 400 && refused.json["error"] == "invalid_grant")
-            let fresh = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: new.clientSecret), anonymous: true)
+            let fresh = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: new.clientSecret), anonymous: true)
             let token = try #require(fresh.json["access_token"]?.stringValue)
             #expect(try await beacon.rest("GET", "/users", token: token).status == 200)
 
             // Rotated elsewhere again while this node's copy is fresh: the grant does not trust that copy.
             let newest = try await AppProvisioning.rotateSecret(key, in: beacon.store, now: clock.now)
-            let stale = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: new.clientSecret), anonymous: true)
+            let stale = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: new.clientSecret), anonymous: true)
             #expect(stale.status == 400 && stale.json["error"] == "invalid_grant")
-            let newestGrant = try await beacon.rest("POST", "/token", Self.grant(clientID: old.clientID, secret: newest.clientSecret), anonymous: true)
+            let newestGrant = try await beacon.rest(
+                "POST", "/token", Self.grant(clientID: old.clientID, secret: newest.clientSecret), anonymous: true)
             let newestToken = try #require(newestGrant.json["access_token"]?.stringValue)
             #expect(try await beacon.rest("GET", "/users", token: newestToken).status == 200)
             #expect(try await beacon.rest("GET", "/users", token: token).status == 401)
 
-            await #expect(throws: BeaconError.self) { _ = try await AppProvisioning.rotateSecret(AppKey(org: "acme", name: "none"), in: beacon.store) }
+            await #expect(throws: BeaconError.self) {
+                _ = try await AppProvisioning.rotateSecret(AppKey(org: "acme", name: "none"), in: beacon.store)
+            }
         }
     }
 
@@ -148,13 +159,15 @@ import FoundationNetworking
             let credentials = try #require(beacon.credentials)
             try await beacon.createUsers("alice")
             let app = try await beacon.rest(
-                "POST", "/token", Self.grant(clientID: credentials.clientID, secret: credentials.clientSecret, ttl: 60 * 24 * 3600), anonymous: true)
+                "POST", "/token", Self.grant(clientID: credentials.clientID, secret: credentials.clientSecret, ttl: 60 * 24 * 3600),
+                anonymous: true)
             #expect(app.json["expires_in"]?.intValue == 7 * 24 * 3600)
             let short = try await beacon.rest(
                 "POST", "/token", Self.grant(clientID: credentials.clientID, secret: credentials.clientSecret, ttl: 60), anonymous: true)
             #expect(short.json["expires_in"]?.intValue == 60)
             let user = try await beacon.rest(
-                "POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw", "ttl": .number(Double(90 * 24 * 3600))], anonymous: true)
+                "POST", "/token",
+                ["grant_type": "password", "username": "alice", "password": "pw", "ttl": .number(Double(90 * 24 * 3600))], anonymous: true)
             #expect(user.json["expires_in"]?.intValue == 60 * 24 * 3600)
             let appToken = try #require(app.json["access_token"]?.stringValue)
             let userToken = try #require(user.json["access_token"]?.stringValue)
@@ -170,7 +183,8 @@ import FoundationNetworking
     /// App tokens of versions before the secret's tag are judged by their issue time alone; tagged ones by their secret.
     @Test func anAppTokenIsCurrentForTheSecretAndRotationItWasIssuedUnder() {
         let app = AppRecord(
-            id: 1, key: AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: String(repeating: "ab", count: 32), limits: .default,
+            id: 1, key: AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: String(repeating: "ab", count: 32),
+            limits: .default,
             createdAt: 0, tokensValidAfter: 1_000)
         let untagged = TokenClaims(app: 1, user: nil, uid: nil, iat: 1_000, exp: 9_000)
         #expect(untagged.isCurrent(for: app))
@@ -211,7 +225,8 @@ import FoundationNetworking
             let oldToken = try #require(try await token(oldSecret).token)
             #expect(try await TestBeacon.rest(baseURL, "GET", "/acme/chat/users", body: nil, token: oldToken).0 == 200)
 
-            let rotated = try await runToExit(BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--json", "--data-dir", data])
+            let rotated = try await runToExit(
+                BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--json", "--data-dir", data])
             #expect(rotated.status == 0)
             let new = try json(rotated.output)
             #expect(new["client_id"] == clientID && new["org"] == "acme" && new["app"] == "chat")
@@ -255,12 +270,15 @@ struct AppCredentialsClusterTests {
             #expect(try await a.rest("GET", "/users").status == 401)
 
             let issued = try await a.rest(
-                "POST", "/token", ["grant_type": "client_credentials", "client_id": .string(old.clientID), "client_secret": .string(secret)], anonymous: true)
+                "POST", "/token",
+                ["grant_type": "client_credentials", "client_id": .string(old.clientID), "client_secret": .string(secret)], anonymous: true)
             let token = try #require(issued.json["access_token"]?.stringValue)
             #expect(try await b.rest("GET", "/users", token: token).status == 200)
             let stale = try await b.rest("GET", "/users")
             #expect(stale.status == 401 && stale.json["error"] == "auth_bad_access_token")
-            let grant: JSONValue = ["grant_type": "client_credentials", "client_id": .string(old.clientID), "client_secret": .string(old.clientSecret)]
+            let grant: JSONValue = [
+                "grant_type": "client_credentials", "client_id": .string(old.clientID), "client_secret": .string(old.clientSecret),
+            ]
             let refused = try await b.rest("POST", "/token", grant, anonymous: true)
             #expect(refused.status == 400 && refused.json["error"] == "invalid_grant")
         }

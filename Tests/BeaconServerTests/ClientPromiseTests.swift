@@ -40,7 +40,9 @@ import Testing
             } catch BeaconClientError.server(let status, let code, _) {
                 #expect(status == 401 && code == "auth_bad_access_token")
             }
-            await #expect(throws: BeaconClientError.notLoggedIn) { _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x"))) }
+            await #expect(throws: BeaconClientError.notLoggedIn) {
+                _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x")))
+            }
         }
     }
 
@@ -50,9 +52,12 @@ import Testing
             // The token is fine (REST answers) but every connection is refused: a device_id over 128 bytes.
             let client = BeaconClient(
                 options: BeaconOptions(
-                    appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: String(repeating: "d", count: 200), loginTimeout: .milliseconds(500)))
+                    appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: String(repeating: "d", count: 200),
+                    loginTimeout: .milliseconds(500)))
             await #expect(throws: BeaconClientError.timedOut) { try await client.login(username: "bob", password: "pw") }
-            await #expect(throws: BeaconClientError.notLoggedIn) { _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x"))) }
+            await #expect(throws: BeaconClientError.notLoggedIn) {
+                _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x")))
+            }
         }
     }
 

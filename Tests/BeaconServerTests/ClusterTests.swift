@@ -1,12 +1,13 @@
 import APNsSimulator
 import BeaconCore
-@testable import BeaconPostgres
 import BeaconProtocol
 import BeaconServer
 import BeaconStorage
 import Foundation
 import PostgresNIO
 import Testing
+
+@testable import BeaconPostgres
 
 private let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil
 
@@ -28,7 +29,8 @@ struct ClusterTests {
             #expect(resources["entities"] == .array([.object(["res": .string("phone")])]))
             _ = try await alice.send(to: "bob", "stored")
             _ = try await alice.send(to: "bob", "online only", onlineOnly: true)
-            let (status, _) = try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "rest"]])
+            let (status, _) = try await b.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "rest"]])
             #expect(status == 200)
             let texts = try await bob.messages.wait { $0.count >= 3 }.map(\.content)
             #expect(Set(texts) == [.text("stored"), .text("online only"), .text("rest")])
@@ -92,9 +94,12 @@ struct ClusterTests {
                 try await a.uploadP8()
                 #expect(try await a.bind("bob", device: "phone", token: String(repeating: "ab", count: 32)).0 == 200)
                 let phone = try await RawDevice.connect(a, "bob", device: "phone")
-                let (status, _) = try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                let (status, _) = try await b.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
-                try await b.deliveries(of: "bob") { $0.first?["status"]?.stringValue == "skipped" && $0.first?["reason"]?.stringValue == "online" }
+                try await b.deliveries(of: "bob") {
+                    $0.first?["status"]?.stringValue == "skipped" && $0.first?["reason"]?.stringValue == "online"
+                }
                 await phone.close()
                 let records = try await b.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
                 #expect(records.filter { $0["status"]?.stringValue == "sent" }.count == 1)
@@ -117,8 +122,10 @@ struct ClusterTests {
                 // Another node, which will never beat, holds bob's phone.
                 let doomed = try await store.joinCluster(name: "doomed")
                 let app = try #require(try await store.app(AppKey(org: "acme", name: "chat")))
-                _ = try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "phone"), node: doomed.epoch, connection: 1, openedAgo: 0)
-                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                _ = try await store.connect(
+                    DeviceKey(app: app.id, username: "bob", deviceID: "phone"), node: doomed.epoch, connection: 1, openedAgo: 0)
+                let (status, _) = try await a.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
                 try await store.execute("UPDATE cluster_nodes SET heartbeat_at = heartbeat_at - 6000 WHERE epoch = \(doomed.epoch)")
@@ -151,7 +158,8 @@ struct ClusterTests {
                 let token = String(repeating: "ef", count: 32)
                 #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
                 let phone = try await RawDevice.connect(a, "bob", device: "phone")
-                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                let (status, _) = try await a.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
                 await phone.close()
@@ -184,7 +192,8 @@ struct ClusterTests {
                 #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
                 let phone = try await RawDevice.connect(a, "bob", device: "phone")
                 let carol = try await RawDevice.connect(a, "carol", device: "pad")
-                let (status, _) = try await a.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                let (status, _) = try await a.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
                 await phone.close()

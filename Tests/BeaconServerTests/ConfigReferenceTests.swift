@@ -29,11 +29,12 @@ import Testing
 
     @Test func everyServeFlagIsInTheReferenceAndBack() async throws {
         let flagPattern = try Regex(#"`(--[a-z0-9-]+)"#)
-        let documented = Set(try await Self.output(["config-reference"]).split(separator: "\n").dropFirst(2).compactMap { row in
-            row.split(separator: "|", omittingEmptySubsequences: false).dropFirst().first.flatMap { cell in
-                cell.firstMatch(of: flagPattern).map { String($0.output[1].substring ?? "") }
-            }
-        })
+        let documented = Set(
+            try await Self.output(["config-reference"]).split(separator: "\n").dropFirst(2).compactMap { row in
+                row.split(separator: "|", omittingEmptySubsequences: false).dropFirst().first.flatMap { cell in
+                    cell.firstMatch(of: flagPattern).map { String($0.output[1].substring ?? "") }
+                }
+            })
         let helpPattern = try Regex(#"^  (--[a-z0-9-]+)"#).anchorsMatchLineEndings()
         let offered = Set(try await Self.output(["serve", "--help"]).matches(of: helpPattern).map { String($0.output[1].substring ?? "") })
             .subtracting(["--help", "--version"])

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Console sessions from outside: the cookie's attributes, sign-in refusals that stop another site, expiry, one app per
@@ -24,9 +24,12 @@ import FoundationNetworking
     }
 
     /// Signs in; the cookie pair (`beacon_console=…`) and the CSRF token.
-    private static func signIn(_ beacon: TestBeacon, headers: [String: String] = [:]) async throws -> (cookie: String, csrf: String, answer: Answer) {
+    private static func signIn(_ beacon: TestBeacon, headers: [String: String] = [:]) async throws -> (
+        cookie: String, csrf: String, answer: Answer
+    ) {
         let answer = try await send(
-            beacon, "POST", "/console/session", body: try signInBody(beacon), headers: ["Content-Type": "application/json"].merging(headers) { $1 })
+            beacon, "POST", "/console/session", body: try signInBody(beacon),
+            headers: ["Content-Type": "application/json"].merging(headers) { $1 })
         #expect(answer.status == 200)
         let cookie = try #require(answer.headers["set-cookie"]?.split(separator: ";").first.map(String.init))
         return (cookie, try #require(answer.json["csrf_token"]?.stringValue), answer)
@@ -35,7 +38,8 @@ import FoundationNetworking
     @Test func signInIsRefusedToOtherSitesAndSetsAPrivateCookie() async throws {
         try await TestBeacon.run { beacon in
             // A form on another site can only post text/plain (parsed as JSON otherwise): refused.
-            let plain = try await Self.send(beacon, "POST", "/console/session", body: try Self.signInBody(beacon), headers: ["Content-Type": "text/plain"])
+            let plain = try await Self.send(
+                beacon, "POST", "/console/session", body: try Self.signInBody(beacon), headers: ["Content-Type": "text/plain"])
             #expect(plain.status == 400 && plain.json["error"] == "illegal_argument")
             let crossSite = try await Self.send(
                 beacon, "POST", "/console/session", body: try Self.signInBody(beacon),
@@ -43,7 +47,8 @@ import FoundationNetworking
             #expect(crossSite.status == 403 && crossSite.json["error"] == "forbidden_op")
 
             let (cookie, csrf, answer) = try await Self.signIn(beacon, headers: ["Sec-Fetch-Site": "same-origin"])
-            let attributes = Set((answer.headers["set-cookie"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() })
+            let attributes = Set(
+                (answer.headers["set-cookie"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() })
             #expect(attributes.isSuperset(of: ["httponly", "samesite=strict", "path=/", "max-age=28800"]))
             #expect(!attributes.contains("secure"))
             #expect(answer.headers["cache-control"] == "no-store")
@@ -52,13 +57,17 @@ import FoundationNetworking
             #expect(claimed.answer.headers["set-cookie"]?.lowercased().contains("; secure") == false)
 
             // The cookie acts as the app, with its CSRF token; not from another site.
-            #expect(try await Self.send(beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": cookie, "X-CSRF-Token": csrf]).status == 200)
+            #expect(
+                try await Self.send(beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": cookie, "X-CSRF-Token": csrf]).status
+                    == 200)
             let fromElsewhere = try await Self.send(
-                beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": cookie, "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-site"])
+                beacon, "GET", "/acme/chat/push/certificates",
+                headers: ["Cookie": cookie, "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-site"])
             #expect(fromElsewhere.status == 403)
             // A second cookie of the same name (planted with a longer path) is refused rather than guessed between.
             let planted = try await Self.send(
-                beacon, "GET", "/acme/chat/push/certificates", headers: ["Cookie": "\(cookie); beacon_console=planted", "X-CSRF-Token": csrf])
+                beacon, "GET", "/acme/chat/push/certificates",
+                headers: ["Cookie": "\(cookie); beacon_console=planted", "X-CSRF-Token": csrf])
             #expect(planted.status == 401)
         }
     }

@@ -2,7 +2,7 @@ import BeaconCore
 import Foundation
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Plain HTTP requests that neither keep nor send cookies by themselves: every request says which cookie it sends (the
@@ -33,7 +33,8 @@ enum CookielessHTTP {
         let (data, response) = try await session.data(for: request)
         let http = response as? HTTPURLResponse
         let headers = Dictionary(
-            (http?.allHeaderFields ?? [:]).map { (String(describing: $0.key).lowercased(), String(describing: $0.value)) }, uniquingKeysWith: { $1 })
+            (http?.allHeaderFields ?? [:]).map { (String(describing: $0.key).lowercased(), String(describing: $0.value)) },
+            uniquingKeysWith: { $1 })
         return Answer(
             status: http?.statusCode ?? 0, headers: headers,
             json: (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self)))

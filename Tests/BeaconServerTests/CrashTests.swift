@@ -36,7 +36,9 @@ import Testing
             // crash leaves them unacknowledged. After the restart they must be pushed to r0's phone all the same.
             let watcherToken = try await server.token(Self.password("r0"))
             let watcher = Task {
-                try await WebSocketClient.connect(url: server.webSocketURL(token: watcherToken, device: "watcher"), logger: Logger(label: "test")) {
+                try await WebSocketClient.connect(
+                    url: server.webSocketURL(token: watcherToken, device: "watcher"), logger: Logger(label: "test")
+                ) {
                     inbound, _, _ in
                     for try await _ in inbound.messages(maxSize: 1 << 20) {}
                 }
@@ -99,7 +101,9 @@ import Testing
                 #expect(Set(ids) == Set(mine.values), "\(receiver): stored messages differ from the acknowledged sends")
                 let position = Dictionary(uniqueKeysWithValues: stored.enumerated().map { ($1.messageID, $0) })
                 for sender in Set(mine.keys.map(\.sender)) {
-                    let order = mine.filter { $0.key.sender == sender }.sorted { $0.key.index < $1.key.index }.compactMap { position[$0.value] }
+                    let order = mine.filter { $0.key.sender == sender }.sorted { $0.key.index < $1.key.index }.compactMap {
+                        position[$0.value]
+                    }
                     #expect(order == order.sorted(), "\(sender) → \(receiver) out of order")
                 }
             }
@@ -114,7 +118,8 @@ import Testing
     @Test func sigtermTellsDevicesAndExitsCleanly() async throws {
         try await Self.withBeaconProcesses { _, simulator, server, appToken in
             // The simulator's control API refuses a delay its timers cannot hold (before: the next answer trapped it).
-            let refused = try await TestBeacon.rest(simulator.controlURL, "PUT", "/faults", body: ["delay_ms": 10_000_000_000_000], token: nil)
+            let refused = try await TestBeacon.rest(
+                simulator.controlURL, "PUT", "/faults", body: ["delay_ms": 10_000_000_000_000], token: nil)
             #expect(refused.0 == 400)
             #expect(try await simulator.control("GET", "/deliveries")["count"] == 0)
 
@@ -123,9 +128,11 @@ import Testing
             let token = try await server.token(Self.password("bob"))
             let frames = Mutex<[ServerFrame]>([])
             let device = Task {
-                try await WebSocketClient.connect(url: server.webSocketURL(token: token, device: "phone"), logger: Logger(label: "test")) { inbound, _, _ in
+                try await WebSocketClient.connect(url: server.webSocketURL(token: token, device: "phone"), logger: Logger(label: "test")) {
+                    inbound, _, _ in
                     for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
+                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                        else { continue }
                         frames.withLock { $0.append(frame) }
                     }
                 }
@@ -190,11 +197,14 @@ import Testing
             "POST", "/keys", ["team_id": "TEAM000001", "key_id": "KEY0000001", "public_key_pem": .string(key.publicKey.pemRepresentation)])
         let upload = try await server.rest(
             "POST", "/push/certificates",
-            ["name": "ios", "kind": "p8", "file": .string(key.pemRepresentation), "key_id": "KEY0000001", "team_id": "TEAM000001",
-             "environment": "development", "bundle_id": .string(bundleID)], token: appToken)
+            [
+                "name": "ios", "kind": "p8", "file": .string(key.pemRepresentation), "key_id": "KEY0000001", "team_id": "TEAM000001",
+                "environment": "development", "bundle_id": .string(bundleID),
+            ], token: appToken)
         #expect(upload.status == 200)
         for receiver in receivers {
-            _ = try await simulator.control("POST", "/tokens", ["device_token": .string(deviceToken(for: receiver)), "topic": .string(bundleID)])
+            _ = try await simulator.control(
+                "POST", "/tokens", ["device_token": .string(deviceToken(for: receiver)), "topic": .string(bundleID)])
             let bound = try await server.rest(
                 "PUT", "/users/\(receiver)/push/binding",
                 ["device_id": "iphone", "device_token": .string(deviceToken(for: receiver)), "notifier_name": "ios"], token: appToken)
@@ -222,7 +232,9 @@ import Testing
             "POST", "/messages/users",
             ["from": .string(send.sender), "to": [.string(send.receiver)], "type": "txt", "body": ["msg": .string(send.reference)]],
             token: appToken, headers: ["Idempotency-Key": send.reference])
-        guard status == 200, let id = answer["data"]?[send.receiver]?.stringValue else { throw HTTPError(description: "\(status) \(answer)") }
+        guard status == 200, let id = answer["data"]?[send.receiver]?.stringValue else {
+            throw HTTPError(description: "\(status) \(answer)")
+        }
         return id
     }
 
@@ -238,7 +250,8 @@ import Testing
                     return value
                 }
                 let receiver = receivers[index % receivers.count]
-                let send = Ledger.Send(sender: sender, receiver: receiver, index: index, reference: "\(sender)-\(index)", overWebSocket: true)
+                let send = Ledger.Send(
+                    sender: sender, receiver: receiver, index: index, reference: "\(sender)-\(index)", overWebSocket: true)
                 inFlight.withLock { $0 = send }
                 try await outbound.write(.text(frame(send)))
                 guard let id = try await sentID(for: send.reference, in: &frames) else { return }
@@ -258,7 +271,9 @@ import Testing
     /// Reads frames until the `sent` answering `reference`; nil when the connection ends first.
     static func sentID(for reference: String, in frames: inout WebSocketInboundMessageStream.AsyncIterator) async throws -> String? {
         while let message = try await frames.next() {
-            guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
+            guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                continue
+            }
             if case .sent(reference, let id, _) = frame { return id }
             if case .error(reference?, let code, let description) = frame { throw HTTPError(description: "\(code): \(description)") }
         }

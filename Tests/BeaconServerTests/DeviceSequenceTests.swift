@@ -8,7 +8,8 @@ private let tablet = String(repeating: "d2", count: 32)
 /// The pushes a claim takes for one device go one after another, in the order they were recorded.
 @Suite struct DeviceSequenceTests {
     private static func sendText(_ beacon: TestBeacon, to receiver: String, _ text: String) async throws {
-        let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": [.string(receiver)], "type": "txt", "body": ["msg": .string(text)]])
+        let sent = try await beacon.rest(
+            "POST", "/messages/users", ["from": "alice", "to": [.string(receiver)], "type": "txt", "body": ["msg": .string(text)]])
         #expect(sent.status == 200)
     }
 
@@ -54,7 +55,9 @@ private let tablet = String(repeating: "d2", count: 32)
             try await Self.claimTogether(beacon, simulator, ["one", "two"], delay: 5000)
             try await simulator.waitForDeliveries(deviceToken: phone, count: 1)
             #expect(try await beacon.bind("dave", device: "daves", token: phone).0 == 200)  // while bob's first waits for its answer
-            let records = try await beacon.deliveries(of: "bob") { records in records.count == 2 && records.allSatisfy { $0["status"] != "pending" } }
+            let records = try await beacon.deliveries(of: "bob") { records in
+                records.count == 2 && records.allSatisfy { $0["status"] != "pending" }
+            }
             #expect(records.compactMap { $0["status"]?.stringValue }.sorted() == ["sent", "skipped"], "\(records)")
             #expect(records.contains { $0["status"] == "skipped" && $0["reason"] == "binding_changed" })
             #expect(simulator.deliveries(deviceToken: phone).count == 1)

@@ -9,7 +9,7 @@ import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Seeded fuzzing of everything a request or a frame can carry, against a running server: no input may stop the
@@ -23,10 +23,11 @@ import FoundationNetworking
     static let documentedCodes: Set<String> = {
         let errors = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/errors.md")
         let text = (try? String(contentsOf: errors, encoding: .utf8)) ?? ""
-        return Set(text.split(separator: "\n").compactMap { line -> String? in
-            guard line.hasPrefix("| `") else { return nil }
-            return line.split(separator: "`").dropFirst().first.map(String.init)
-        })
+        return Set(
+            text.split(separator: "\n").compactMap { line -> String? in
+                guard line.hasPrefix("| `") else { return nil }
+                return line.split(separator: "`").dropFirst().first.map(String.init)
+            })
     }()
 
     /// Each route with a valid body to start mutating from (`<group>` becomes a real group id).
@@ -44,15 +45,27 @@ import FoundationNetworking
         ("GET", "/chatgroups/{group}/users", nil),
         ("POST", "/chatgroups/{group}/users/{user}", nil),
         ("DELETE", "/chatgroups/{group}/users/{user}", nil),
-        ("POST", "/messages/users",
-         ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"],
-          "ext": ["em_push_title": "t", "em_apns_ext": ["em_push_content": "c"], "em_push_ext": ["type": "call"]],
-          "offline_push_info": ["push_flag": 0, "title": "T", "desc": "D", "apns_info": ["badge_mode": 1]], "msg_id": "m1"]),
-        ("POST", "/messages/chatgroups", ["from": "alice", "to": ["<group>"], "type": "txt", "body": ["msg": "hi"], "ext": ["em_at_list": ["bob"]]]),
+        (
+            "POST", "/messages/users",
+            [
+                "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"],
+                "ext": ["em_push_title": "t", "em_apns_ext": ["em_push_content": "c"], "em_push_ext": ["type": "call"]],
+                "offline_push_info": ["push_flag": 0, "title": "T", "desc": "D", "apns_info": ["badge_mode": 1]], "msg_id": "m1",
+            ]
+        ),
+        (
+            "POST", "/messages/chatgroups",
+            ["from": "alice", "to": ["<group>"], "type": "txt", "body": ["msg": "hi"], "ext": ["em_at_list": ["bob"]]]
+        ),
         ("POST", "/messages", ["target_type": "users", "target": ["bob"], "msg": ["type": "txt", "msg": "x"], "from": "alice"]),
-        ("POST", "/push/certificates",
-         ["name": "n", "kind": "p8", "file": "-----BEGIN PRIVATE KEY-----", "key_id": "K", "team_id": "T", "environment": "development",
-          "bundle_id": "b"]),
+        (
+            "POST", "/push/certificates",
+            [
+                "name": "n", "kind": "p8", "file": "-----BEGIN PRIVATE KEY-----", "key_id": "K", "team_id": "T",
+                "environment": "development",
+                "bundle_id": "b",
+            ]
+        ),
         ("GET", "/push/certificates", nil),
         ("DELETE", "/push/certificates/{name}", nil),
         ("PUT", "/users/{user}/push/binding", ["device_id": "d", "device_token": "abcd", "notifier_name": "ios-dev", "voip_token": "ef"]),
@@ -92,7 +105,8 @@ import FoundationNetworking
                 var path = route.path
                 for placeholder in ["{user}", "{id}", "{group}", "{name}", "{chattype}"] {
                     while let range = path.range(of: placeholder) {
-                        let value = random.chance(0.3)
+                        let value =
+                            random.chance(0.3)
                             ? (placeholder == "{group}" ? group : placeholder == "{user}" ? "alice" : "1")
                             : Self.hostileSegments[random.next(below: Self.hostileSegments.count)]
                         path.replaceSubrange(range, with: value)
@@ -105,7 +119,9 @@ import FoundationNetworking
                 outcomes[status, default: 0] += 1
                 let code = json["error"]?.stringValue
                 if status >= 500 || (status >= 400 && !(code.map(Self.documentedCodes.contains) ?? false)) {
-                    failures.append("#\(index) \(route.method) \(path) body \(raw.map { String(decoding: $0.prefix(300), as: UTF8.self) } ?? "-") → \(status) \(json)")
+                    failures.append(
+                        "#\(index) \(route.method) \(path) body \(raw.map { String(decoding: $0.prefix(300), as: UTF8.self) } ?? "-") → \(status) \(json)"
+                    )
                 }
             }
             #expect(failures.isEmpty, "\(failures.count) bad answers (seed \(Self.seed)):\n\(failures.prefix(20).joined(separator: "\n"))")
@@ -122,11 +138,14 @@ import FoundationNetworking
             let answers = Locked<[ServerFrame]>([])
             let undecodable = Locked(0)
             let url = "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=fuzz&access_token=\(token)"
-            try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 20), logger: Logger(label: "fuzz")) { inbound, outbound, _ in
+            try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 20), logger: Logger(label: "fuzz")) {
+                inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for try await message in inbound.messages(maxSize: 1 << 20) {
-                            guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                            guard case .text(let text) = message,
+                                let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                            else {
                                 undecodable.withLock { $0 += 1 }
                                 continue
                             }
@@ -139,14 +158,17 @@ import FoundationNetworking
                         } catch {
                             try? await Task.sleep(for: .milliseconds(200))
                             let closing = answers.withLock { $0.filter { if case .closing = $0 { true } else { false } } }
-                            Issue.record("the server closed the connection after frame \(index - 1) of \(hostileFrames.count): \(closing), \(answers.withLock { $0.count }) answers")
+                            Issue.record(
+                                "the server closed the connection after frame \(index - 1) of \(hostileFrames.count): \(closing), \(answers.withLock { $0.count }) answers"
+                            )
                             throw error
                         }
                     }
                     // Then a well-formed send must still be answered.
                     let probe = ClientFrame.send(.init(id: "probe", to: "bob", chatType: .chat, type: .txt, body: ["msg": "still here"]))
                     try await outbound.write(.text(String(decoding: try JSONEncoder().encode(probe), as: UTF8.self)))
-                    for _ in 0..<2000 where !answers.withLock({ $0.contains { if case .sent("probe", _, _) = $0 { true } else { false } } }) {
+                    for _ in 0..<2000 where !answers.withLock({ $0.contains { if case .sent("probe", _, _) = $0 { true } else { false } } })
+                    {
                         try await Task.sleep(for: .milliseconds(10))
                     }
                     try await outbound.close(.normalClosure, reason: nil)
@@ -157,11 +179,14 @@ import FoundationNetworking
             let codes = received.compactMap { frame -> String? in if case .error(_, let code, _) = frame { code } else { nil } }
             #expect(
                 received.contains { if case .sent("probe", _, _) = $0 { true } else { false } },
-                "the connection stopped answering after \(received.count) answers; closing: \(received.filter { if case .closing = $0 { true } else { false } }), last: \(received.suffix(2))")
+                "the connection stopped answering after \(received.count) answers; closing: \(received.filter { if case .closing = $0 { true } else { false } }), last: \(received.suffix(2))"
+            )
             #expect(codes.allSatisfy(Self.documentedCodes.contains), "\(Set(codes).subtracting(Self.documentedCodes))")
             #expect(undecodable.withLock { $0 } == 0)
             #expect(try await beacon.rest("GET", "/users/alice").status == 200)
-            print("fuzz WebSocket: \(hostileFrames.count) frames, seed \(Self.seed &+ 1), \(codes.count) error frames, \(received.count) answers")
+            print(
+                "fuzz WebSocket: \(hostileFrames.count) frames, seed \(Self.seed &+ 1), \(codes.count) error frames, \(received.count) answers"
+            )
         }
     }
 
@@ -170,7 +195,9 @@ import FoundationNetworking
             try await beacon.createUsers("alice")
             let token = try await beacon.userToken("alice")
             let url = "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=big&access_token=\(token)"
-            let close = try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 20), logger: Logger(label: "fuzz")) {
+            let close = try await WebSocketClient.connect(
+                url: url, configuration: .init(maxFrameSize: 1 << 20), logger: Logger(label: "fuzz")
+            ) {
                 inbound, outbound, _ in
                 try await outbound.write(.text(String(repeating: "x", count: 70_000)))
                 for try await _ in inbound.messages(maxSize: 1 << 20) {}
@@ -199,11 +226,14 @@ import FoundationNetworking
         try await TestBeacon.run { beacon in
             let url = beacon.baseURL.appendingPathComponent("acme/chat/messages/users")
             for body in [
-                Data(repeating: UInt8(ascii: "["), count: 200_000), Data((String(repeating: "{\"a\":", count: 50_000) + "1" + String(repeating: "}", count: 50_000)).utf8),
+                Data(repeating: UInt8(ascii: "["), count: 200_000),
+                Data((String(repeating: "{\"a\":", count: 50_000) + "1" + String(repeating: "}", count: 50_000)).utf8),
                 Data(repeating: UInt8(ascii: "a"), count: 300_000), Data([0xFF, 0xFE, 0x00]), Data(),
             ] {
                 let (status, json) = try await Self.send("POST", url, body, token: beacon.appToken)
-                #expect((400..<500).contains(status) && (json["error"]?.stringValue.map(Self.documentedCodes.contains) ?? false), "\(status) \(json)")
+                #expect(
+                    (400..<500).contains(status) && (json["error"]?.stringValue.map(Self.documentedCodes.contains) ?? false),
+                    "\(status) \(json)")
             }
             #expect(try await beacon.rest("GET", "/push/policy").status == 200)
         }
@@ -215,8 +245,14 @@ import FoundationNetworking
     static func hostileFrames(seed: UInt64, count: Int) -> [WebSocketOutboundWriter.OutboundFrame] {
         var random = SeededRandom(seed: seed)
         let valid: [JSONValue] = [
-            ["op": "send", "id": "x1", "to": "bob", "chat_type": "chat", "type": "txt", "body": ["msg": "hi"], "ext": ["em_push_title": "t"]],
-            ["op": "send", "id": "x2", "to": "bob", "chat_type": "groupchat", "type": "custom", "body": ["customEvent": "e"], "routetype": "ROUTE_ONLINE"],
+            [
+                "op": "send", "id": "x1", "to": "bob", "chat_type": "chat", "type": "txt", "body": ["msg": "hi"],
+                "ext": ["em_push_title": "t"],
+            ],
+            [
+                "op": "send", "id": "x2", "to": "bob", "chat_type": "groupchat", "type": "custom", "body": ["customEvent": "e"],
+                "routetype": "ROUTE_ONLINE",
+            ],
             ["op": "ack", "seq": 1], ["op": "sync"], ["op": "ping"],
         ]
         return (0..<count).compactMap { _ -> WebSocketOutboundWriter.OutboundFrame? in
@@ -239,7 +275,9 @@ import FoundationNetworking
         request.httpBody = body
         let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        return (status, (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data.prefix(200), as: UTF8.self)))
+        return (
+            status, (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data.prefix(200), as: UTF8.self))
+        )
     }
 
     /// A valid body, changed in one or two hostile ways (or sent as is).
@@ -250,10 +288,14 @@ import FoundationNetworking
         switch random.next(below: 12) {
         case 0: bytes = bytes.prefix(random.next(below: bytes.count + 1))  // truncated
         case 1 where !bytes.isEmpty: bytes[random.next(below: bytes.count)] = UInt8(random.next(below: 256))  // a flipped byte
-        case 2: bytes = Data(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: "\"hi\"", with: "\"\u{0}\u{202E}\u{FFFF}\"").utf8)
+        case 2:
+            bytes = Data(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: "\"hi\"", with: "\"\u{0}\u{202E}\u{FFFF}\"").utf8)
         case 3:  // integers no Double holds exactly
             let text = String(decoding: bytes, as: UTF8.self)
-            bytes = Data(text.replacingOccurrences(of: ":1", with: ":18446744073709551616").replacingOccurrences(of: ":0", with: ":-9223372036854775809").utf8)
+            bytes = Data(
+                text.replacingOccurrences(of: ":1", with: ":18446744073709551616").replacingOccurrences(
+                    of: ":0", with: ":-9223372036854775809"
+                ).utf8)
         default: break
         }
         return bytes
@@ -262,7 +304,8 @@ import FoundationNetworking
     static let hostileValues: [JSONValue] = [
         .null, true, 0, -1, 1.5, .number(9.223372036854775807e18), .number(1.8446744073709552e19), .number(1e308), .number(-1e308),
         "", " ", "{-1}", "{100}", "{99999999999999999999}", "{{0}}", "{", "}", "{$msg}{$msg}{$msg}", "{$unknown}", "\u{0}",
-        .string(String(repeating: "{0}", count: 400)), .string(String(repeating: "é", count: 3000)), .string(String(repeating: "x", count: 70_000)),
+        .string(String(repeating: "{0}", count: 400)), .string(String(repeating: "é", count: 3000)),
+        .string(String(repeating: "x", count: 70_000)),
         "99:99-25:61", "Mars/Olympus", "ALL", "AT", "NONE", "call", "ROUTE_ONLINE", [], [:], [.null], ["em_push_ext": ["type": 5]],
         .array(Array(repeating: "bob", count: 500)),
     ]

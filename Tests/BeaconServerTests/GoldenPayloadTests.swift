@@ -9,21 +9,40 @@ import Testing
 
     /// (ext of the message, receiver's display style, expected payload with `<id>` for the message id)
     static let cases: [(String, JSONValue, Int, String)] = [
-        ("simple banner", [:], 0,
-         #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
-        ("message summary", [:], 1,
-         #"{"aps":{"alert":{"body":"Alice: hello"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
-        ("custom field", ["em_apns_ext": ["extern": "custom string"]], 0,
-         #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"6001"},"e":"custom string","f":"6001","m":"<id>","t":"6006"}"#),
-        ("custom display", ["em_apns_ext": ["em_push_content": "custom content"]], 0,
-         #"{"aps":{"alert":{"body":"custom content"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
-        ("sound", ["em_apns_ext": ["em_push_sound": "custom.caf"]], 0,
-         #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"custom.caf","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
-        ("extension", ["em_apns_ext": ["em_push_mutable_content": true]], 0,
-         #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"mutable-content":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
-        ("localization",
-         ["em_apns_ext": ["em_push_title_loc_key": "TITLE", "em_push_title_loc_args": ["a"], "em_push_body_loc_key": "BODY", "em_push_body_loc_args": ["b"]]], 0,
-         #"{"aps":{"alert":{"body":"You have a new message","loc-args":["b"],"loc-key":"BODY","title-loc-args":["a"],"title-loc-key":"TITLE"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#),
+        (
+            "simple banner", [:], 0,
+            #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "message summary", [:], 1,
+            #"{"aps":{"alert":{"body":"Alice: hello"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "custom field", ["em_apns_ext": ["extern": "custom string"]], 0,
+            #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"6001"},"e":"custom string","f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "custom display", ["em_apns_ext": ["em_push_content": "custom content"]], 0,
+            #"{"aps":{"alert":{"body":"custom content"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "sound", ["em_apns_ext": ["em_push_sound": "custom.caf"]], 0,
+            #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"custom.caf","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "extension", ["em_apns_ext": ["em_push_mutable_content": true]], 0,
+            #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"mutable-content":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
+        (
+            "localization",
+            [
+                "em_apns_ext": [
+                    "em_push_title_loc_key": "TITLE", "em_push_title_loc_args": ["a"], "em_push_body_loc_key": "BODY",
+                    "em_push_body_loc_args": ["b"],
+                ]
+            ], 0,
+            #"{"aps":{"alert":{"body":"You have a new message","loc-args":["b"],"loc-key":"BODY","title-loc-args":["a"],"title-loc-key":"TITLE"},"badge":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
+        ),
     ]
 
     @Test(arguments: cases.indices)
@@ -60,8 +79,10 @@ import Testing
             let payload = try #require(simulator.deliveries(deviceToken: Self.token).first?.payload)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            #expect(String(decoding: try encoder.encode(payload), as: UTF8.self)
-                == #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"\#(group)"},"f":"6001","g":"\#(group)","m":"\#(id)","t":"6006"}"#)
+            #expect(
+                String(decoding: try encoder.encode(payload), as: UTF8.self)
+                    == #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default","thread-id":"\#(group)"},"f":"6001","g":"\#(group)","m":"\#(id)","t":"6006"}"#
+            )
         }
     }
 
@@ -70,7 +91,10 @@ import Testing
             try await beacon.createUsers("6001", "6006")
             let tooBig = try await beacon.rest(
                 "POST", "/messages/users",
-                ["from": "6001", "to": ["6006"], "type": "txt", "body": ["msg": "x"], "ext": ["em_apns_ext": ["extern": .string(String(repeating: "e", count: 4200))]]])
+                [
+                    "from": "6001", "to": ["6006"], "type": "txt", "body": ["msg": "x"],
+                    "ext": ["em_apns_ext": ["extern": .string(String(repeating: "e", count: 4200))]],
+                ])
             // (body + ext is under 5 KB, but the payload could never be under 4096 bytes)
             #expect(tooBig.status == 413)
             #expect(tooBig.json["error"] == "request_entity_too_large")
@@ -90,11 +114,16 @@ import Testing
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "1"]])
             _ = try await beacon.rest(
                 "POST", "/messages/users",
-                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "2"],
-                 "offline_push_info": ["push_flag": 0, "title": "Title", "desc": "Desc", "ext": "{\"order\":7}",
-                                       "apns_info": ["sound": "bell.caf", "badge_mode": 1, "sub_title": "Sub", "mutable_content": 1]]])
+                [
+                    "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "2"],
+                    "offline_push_info": [
+                        "push_flag": 0, "title": "Title", "desc": "Desc", "ext": "{\"order\":7}",
+                        "apns_info": ["sound": "bell.caf", "badge_mode": 1, "sub_title": "Sub", "mutable_content": 1],
+                    ],
+                ])
             _ = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "3"], "offline_push_info": ["push_flag": 1]])
+                "POST", "/messages/users",
+                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "3"], "offline_push_info": ["push_flag": 1]])
             _ = try await beacon.pushOutcomes.attempts(2)
             let payloads = simulator.deliveries(deviceToken: token).map(\.payload)
             #expect(payloads.count == 2)

@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 private let phone = String(repeating: "a1", count: 32)
@@ -23,24 +23,34 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             let status = try await beacon.rest("GET", "/users/bob/offline_msg_status/18446744073709551615")
             #expect(status.status == 404)
             #expect(status.json["error"] == "message_not_found")
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_status/99999999999999999999999").json["error"] == "illegal_argument")
+            #expect(
+                try await beacon.rest("GET", "/users/bob/offline_msg_status/99999999999999999999999").json["error"] == "illegal_argument")
             let deliveries = try await beacon.rest("GET", "/push/deliveries?message_id=9223372036854775808")
             #expect(deliveries.status == 200)
             #expect(deliveries.json["count"]?.intValue == 0)
             #expect(try await beacon.rest("GET", "/push/deliveries?message_id=-1").json["error"] == "illegal_argument")
             for pattern in ["{-1}", "{100}", "{0", "{x}", "{$unknown}", String(repeating: "a", count: 1025)] {
-                let created = try await beacon.rest("POST", "/notification/template", ["name": "t1", "title_pattern": "t", "content_pattern": .string(pattern)])
+                let created = try await beacon.rest(
+                    "POST", "/notification/template", ["name": "t1", "title_pattern": "t", "content_pattern": .string(pattern)])
                 #expect(created.status == 400, "\(pattern.prefix(20))")
                 #expect(created.json["error"] == "invalid_template", "\(pattern.prefix(20))")
             }
-            #expect(try await beacon.rest("POST", "/notification/template", ["name": "ok", "title_pattern": "{99}", "content_pattern": "{0}: {$msg}"]).status == 200)
-            #expect(try await beacon.rest("PUT", "/notification/template/ok", ["title_pattern": "{-1}", "content_pattern": "x"]).json["error"] == "invalid_template")
+            #expect(
+                try await beacon.rest(
+                    "POST", "/notification/template", ["name": "ok", "title_pattern": "{99}", "content_pattern": "{0}: {$msg}"]
+                ).status == 200)
+            #expect(
+                try await beacon.rest("PUT", "/notification/template/ok", ["title_pattern": "{-1}", "content_pattern": "x"]).json["error"]
+                    == "invalid_template")
             // Still serving, and a push with the template goes out.
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
             let sent = try await beacon.rest(
                 "POST", "/messages/users",
-                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"], "ext": ["em_push_template": ["name": "ok", "content_args": ["A"]]]])
+                [
+                    "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"],
+                    "ext": ["em_push_template": ["name": "ok", "content_args": ["A"]]],
+                ])
             #expect(sent.status == 200)
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
             #expect(simulator.deliveries(deviceToken: phone).first?.payload.alertBody == "A: hi")
@@ -85,8 +95,10 @@ private let carolsPhone = String(repeating: "c3", count: 32)
     /// A WebSocket upgrade request as a browser sends it; the HTTP answer and its JSON body.
     private func upgrade(_ beacon: TestBeacon, query: String) async throws -> (Int, JSONValue) {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(beacon.port)/acme/chat/ws?\(query)")!)
-        for (name, value) in [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
-                              ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")] {
+        for (name, value) in [
+            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ] {
             request.setValue(value, forHTTPHeaderField: name)
         }
         let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
@@ -97,7 +109,9 @@ private let carolsPhone = String(repeating: "c3", count: 32)
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("bob", "carol")
             func login(_ username: String, _ password: String) async throws -> (Int, JSONValue) {
-                try await beacon.rest("POST", "/token", ["grant_type": "password", "username": .string(username), "password": .string(password)], anonymous: true)
+                try await beacon.rest(
+                    "POST", "/token", ["grant_type": "password", "username": .string(username), "password": .string(password)],
+                    anonymous: true)
             }
             #expect(try await login("ghost", "pw").1["error"] == "invalid_grant")
             for _ in 0..<10 { #expect(try await login("bob", "wrong").1["error"] == "invalid_grant") }
@@ -132,13 +146,16 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             var faults = SimulatorFaults()
             faults.delayMilliseconds = 6000
             simulator.setFaults(faults)
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob"]])
             for _ in 0..<1000 where simulator.deliveries().count < 2 { try await Task.sleep(for: .milliseconds(10)) }
             try #require(simulator.deliveries().count >= 2, "two of the three pushes reach APNs within 10 s")
             let delivered = Set(simulator.deliveries().map(\.deviceToken))
             let waiting = try #require(tokens.first { !delivered.contains($0) })
             _ = try await beacon.bind("carol", device: "carols", token: waiting)  // that device changes hands meanwhile
-            let records = try await beacon.deliveries(of: "bob") { records in records.count == 3 && records.allSatisfy { $0["status"] != "pending" } }
+            let records = try await beacon.deliveries(of: "bob") { records in
+                records.count == 3 && records.allSatisfy { $0["status"] != "pending" }
+            }
             #expect(records.compactMap { $0["status"]?.stringValue }.sorted() == ["sent", "sent", "skipped"], "\(records)")
             #expect(records.contains { $0["reason"] == "binding_changed" })
             #expect(simulator.deliveries(deviceToken: waiting).isEmpty)
@@ -152,7 +169,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
             simulator.setFaults(failing(1))
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob only"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob only"]])
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.pending])
             // The phone changes hands before the retry.
             _ = try await beacon.bind("carol", device: "carols", token: phone)
@@ -171,7 +189,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             _ = try await beacon.bind("bob", token: phone)
             _ = try await beacon.bind("dave", token: carolsPhone)
             simulator.setFaults(failing(2))
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "dave"], "type": "txt", "body": ["msg": "x"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob", "dave"], "type": "txt", "body": ["msg": "x"]])
             _ = try await beacon.pushOutcomes.attempts(2)
             #expect(try await beacon.rest("POST", "/users/bob/disconnect").status == 200)
             #expect(try await beacon.rest("DELETE", "/users/dave").status == 200)
@@ -189,7 +208,9 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             #expect(try await beacon.rest("DELETE", "/users/bob").status == 200)
             try await beacon.createUsers("bob")
             #expect(try await beacon.rest("GET", "/users/bob", token: old).json["error"] == "auth_bad_access_token")
-            #expect(try await beacon.rest("POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"]], token: old).status == 401)
+            #expect(
+                try await beacon.rest("POST", "/messages/users", ["to": ["bob"], "type": "txt", "body": ["msg": "x"]], token: old).status
+                    == 401)
             let new = try await beacon.userToken("bob")
             #expect(try await beacon.rest("GET", "/users/bob", token: new).status == 200)
         }
@@ -208,7 +229,9 @@ private let carolsPhone = String(repeating: "c3", count: 32)
                 ["device_id": "iphone", "device_token": .string(phone), "voip_token": .string(voipToken), "notifier_name": "ios-dev"])
             #expect(bound.json["entities"]?[0]?["voip_token"]?.stringValue == voipToken)
             _ = try await beacon.bind("carol", token: carolsPhone)
-            let call: JSONValue = ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "ring"], "ext": ["em_push_ext": ["type": "call"]]]
+            let call: JSONValue = [
+                "from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "ring"], "ext": ["em_push_ext": ["type": "call"]],
+            ]
             _ = try await beacon.rest("POST", "/messages/users", call)
             let outcomes = try await beacon.pushOutcomes.attempts(2)
             #expect(outcomes.map(\.status) == [.sent, .sent], "\(outcomes)")
@@ -230,7 +253,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
             let device = try await RawDevice.connect(beacon, "bob", device: "iphone")
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "in flight"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "in flight"]])
             try await device.frames.wait { frames in frames.contains { if case .message = $0 { true } else { false } } }
             #expect(try await beacon.deliveries(of: "bob").first?["reason"] == "online")
             // The socket dies before the device acknowledged the message.
@@ -268,12 +292,15 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             _ = try await beacon.bind("bob", token: phone)
             let device = try await RawDevice.connect(beacon, "bob", device: "iphone")
             let send = Task {
-                try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "racing"]])
+                try await beacon.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "racing"]])
             }
             // The route has seen bob online and is held; bob's device leaves now.
             try await gate.waitForArrivals(1)
             await device.close()
-            for _ in 0..<500 where try await !beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where try await !beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             gate.open()
             #expect(try await send.value.status == 200)
             try await beacon.deliveries(of: "bob") { $0.first?["status"] == "sent" }
@@ -308,7 +335,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             let laptop = try await beacon.connect("bob", device: "laptop")
             try await laptop.events.synced()
             for text in ["one", "two"] {
-                _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
+                _ = try await beacon.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
             }
             _ = try await beacon.pushOutcomes.attempts(2)
             #expect(simulator.deliveries(deviceToken: phone).map(\.payload.badge) == [1, 2])
@@ -326,7 +354,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             request.setValue("retry-1", forHTTPHeaderField: "Idempotency-Key")
             request.httpBody = Data(#"{"from":"alice","to":["bob","carol"],"type":"txt","body":{"msg":"once"}}"#.utf8)
             let first = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
-            let second = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
+            let second = try JSONDecoder().decode(
+                JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
             #expect(first["data"] == second["data"])
             #expect(first["data"]?["carol"]?.stringValue != nil)
             let body: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "twice?"], "msg_id": "client-7"]
@@ -341,7 +370,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             #expect(fromCarol.json["data"]?["bob"] != a.json["data"]?["bob"])
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
             // All or nothing: one unknown target stores nothing for the others.
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "ghost"], "type": "txt", "body": ["msg": "no"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob", "ghost"], "type": "txt", "body": ["msg": "no"]])
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
         }
     }
@@ -357,8 +387,12 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             // Malformed JSON in the body alone (a string cut through an emoji, a number beyond a double): the id still comes back.
             device.send(#"{"op":"send","id":"bad-2","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"hi \ud83d"}}"#)
             device.send(#"{"op":"send","id":"bad-3","to":"bob","chat_type":"chat","type":"txt","body":{"n":1e400}}"#)
-            let errorIDs: @Sendable ([ServerFrame]) -> [String] = { frames in frames.compactMap { if case .error(let id, "json_parse", _) = $0 { id } else { nil } } }
-            let frames = try await device.frames.wait { $0.filter { if case .sent = $0 { true } else { false } }.count == 2 && errorIDs($0).count == 3 }
+            let errorIDs: @Sendable ([ServerFrame]) -> [String] = { frames in
+                frames.compactMap { if case .error(let id, "json_parse", _) = $0 { id } else { nil } }
+            }
+            let frames = try await device.frames.wait {
+                $0.filter { if case .sent = $0 { true } else { false } }.count == 2 && errorIDs($0).count == 3
+            }
             let ids = frames.compactMap { frame -> String? in if case .sent(_, let id, _) = frame { id } else { nil } }
             #expect(ids.count == 2 && ids[0] == ids[1])
             #expect(errorIDs(frames) == ["bad-1", "bad-2", "bad-3"])
@@ -372,7 +406,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.createUsers("alice", "bob")
             let device = try await RawDevice.connect(beacon, "bob", device: "d1")
             for text in ["1", "2", "3"] {
-                _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
+                _ = try await beacon.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
             }
             try await device.frames.wait { RawDevice.stored(in: $0).count == 3 }
             device.send(#"{"op":"ack","seq":1}"#)
@@ -392,7 +427,9 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.createUsers("bob")
             return try await beacon.userToken("bob")
         }
-        let attributes = { (path: String) in (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue }
+        let attributes = { (path: String) in
+            (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue
+        }
         let directoryMode = try attributes(directory.path)
         let databaseMode = try attributes(directory.appendingPathComponent("beacon.sqlite").path)
         #expect(directoryMode == 0o700)
@@ -413,10 +450,14 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.createUsers("alice", "bob")
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
-            let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
+            let sent = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
             _ = try await beacon.rest(
                 "POST", "/messages/users",
-                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"], "ext": ["em_apns_ext": ["em_push_collapse_key": "thread-9"]]])
+                [
+                    "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"],
+                    "ext": ["em_apns_ext": ["em_push_collapse_key": "thread-9"]],
+                ])
             _ = try await beacon.pushOutcomes.attempts(2)
             // The documented form: base64url (unpadded) of SHA-256 over the sender, a NUL and the key.
             let keyed = Data(SHA256.hash(data: Array("alice\u{0}thread-9".utf8))).base64EncodedString()

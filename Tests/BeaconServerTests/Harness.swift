@@ -1,24 +1,24 @@
 import APNsSimulator
 import BeaconAPNs
 import BeaconClient
-import Crypto
-import NIOSSL
 import BeaconCore
 import BeaconPostgres
-import BeaconServer
+import BeaconProtocol
 import BeaconSQLite
+import BeaconServer
 import BeaconStorage
+import Crypto
 import Foundation
 import Hummingbird
 import HummingbirdWSClient
-import BeaconProtocol
 import Logging
+import NIOSSL
 import ServiceLifecycle
 import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// The same key across servers of one test, so that a restarted server opens what the first one sealed.
@@ -105,7 +105,8 @@ struct TestBeacon: Sendable {
         }()
         @Sendable func start(_ started: [TestBeacon]) async throws -> T {
             guard started.count < count else { return try await body(started) }
-            return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger) { store in
+            return try await PostgresStore.withStore(url: base + (base.contains("?") ? "&" : "?") + "schema=\(schema)", logger: logger) {
+                store in
                 try await run(store: store, directory: directory, clock: clock, push: push, apnsRouting: nil, hooks: hooks) { beacon in
                     try await start(started + [beacon])
                 }
@@ -118,12 +119,15 @@ struct TestBeacon: Sendable {
         store: any BeaconStore, directory: URL, clock: TestClock?, push: APNsSimulator?, apnsRouting: APNsRouting?, hooks: BeaconHooks,
         logger: Logger? = nil, trustedProxies: TrustedProxies = .none, _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
-        let logger = logger ?? {
-            var logger = Logger(label: "beacon.test")
-            logger.logLevel = .warning
-            return logger
-        }()
-        let credentials = try await store.app(AppKey(org: "acme", name: "chat")) == nil
+        let logger =
+            logger
+            ?? {
+                var logger = Logger(label: "beacon.test")
+                logger.logLevel = .warning
+                return logger
+            }()
+        let credentials =
+            try await store.app(AppKey(org: "acme", name: "chat")) == nil
             ? try await AppProvisioning.create(AppKey(org: "acme", name: "chat"), in: store) : nil
         // Retention (newest 500 per conversation) would trim a test's inbox if the test outlasted one interval on a loaded
         // machine; no server test relies on its timer (the conformance suite calls it directly).
@@ -189,7 +193,8 @@ struct TestBeacon: Sendable {
     }
 
     static func rest(
-        _ baseURL: URL, _ method: String, _ path: String, body: JSONValue?, raw: Data? = nil, token: String?, headers: [String: String] = [:]
+        _ baseURL: URL, _ method: String, _ path: String, body: JSONValue?, raw: Data? = nil, token: String?,
+        headers: [String: String] = [:]
     ) async throws -> (Int, JSONValue) {
         var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
         request.httpMethod = method
@@ -226,7 +231,9 @@ struct TestBeacon: Sendable {
     func createGroup(owner: String, members: [String]) async throws -> String {
         let (status, answer) = try await rest(
             "POST", "/chatgroups", ["groupname": "team", "owner": .string(owner), "members": .array(members.map(JSONValue.string))])
-        guard status == 200, let id = answer["data"]?["groupid"]?.stringValue else { throw HTTPError(description: "group creation failed: \(answer)") }
+        guard status == 200, let id = answer["data"]?["groupid"]?.stringValue else {
+            throw HTTPError(description: "group creation failed: \(answer)")
+        }
         return id
     }
 
@@ -253,7 +260,9 @@ struct TestDevice: Sendable {
         reads = Collector(client.reads)
     }
 
-    func send(to: String, _ text: String, chatType: ChatType = .chat, ext: [String: JSONValue] = [:], onlineOnly: Bool = false) async throws -> Message {
+    func send(to: String, _ text: String, chatType: ChatType = .chat, ext: [String: JSONValue] = [:], onlineOnly: Bool = false) async throws
+        -> Message
+    {
         try await client.send(OutgoingChatMessage(to: to, chatType: chatType, content: .text(text), ext: ext, onlineOnly: onlineOnly))
     }
 
@@ -376,7 +385,8 @@ final class RawDevice: Sendable {
         task = Task {
             defer { frameSink.finish() }
             try await WebSocketClient.connect(
-                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=\(device)&access_token=\(token)\(query)", logger: Logger(label: "test")
+                url: "ws://127.0.0.1:\(beacon.port)/acme/chat/ws?device_id=\(device)&access_token=\(token)\(query)",
+                logger: Logger(label: "test")
             ) { inbound, outbound, _ in
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
@@ -384,7 +394,8 @@ final class RawDevice: Sendable {
                         try await outbound.close(.normalClosure, reason: nil)
                     }
                     for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                        guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8))
+                        else {
                             continue
                         }
                         frameSink.yield(frame)
@@ -488,14 +499,18 @@ extension TestBeacon {
     {
         let (status, answer) = try await rest(
             "POST", "/push/certificates",
-            ["name": .string(name), "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "KEY0000001",
-             "team_id": "TEAM000001", "environment": .string(environment), "bundle_id": .string(bundleID), "voip": .bool(voip)])
+            [
+                "name": .string(name), "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "KEY0000001",
+                "team_id": "TEAM000001", "environment": .string(environment), "bundle_id": .string(bundleID), "voip": .bool(voip),
+            ])
         guard status == 200 else { throw HTTPError(description: "upload failed: \(answer)") }
     }
 
     /// Binds `token` to the user's device through `notifier`.
     func bind(_ username: String, device: String = "iphone", token: String, notifier: String = "ios-dev") async throws -> (Int, JSONValue) {
-        try await rest("PUT", "/users/\(username)/push/binding", ["device_id": .string(device), "device_token": .string(token), "notifier_name": .string(notifier)])
+        try await rest(
+            "PUT", "/users/\(username)/push/binding",
+            ["device_id": .string(device), "device_token": .string(token), "notifier_name": .string(notifier)])
     }
 
     /// The app's push delivery records for a user.

@@ -71,7 +71,9 @@ private let phone = String(repeating: "cd", count: 32)
             try await beacon.createUsers("alice", "bob")
             let app = try #require(try await beacon.store.app(AppKey(org: "acme", name: "chat")))
             @Sendable func synced(_ frames: [ServerFrame]) -> Bool { frames.contains { if case .synced = $0 { true } else { false } } }
-            @Sendable func kicked(_ frames: [ServerFrame]) -> Bool { frames.contains { if case .closing("kicked") = $0 { true } else { false } } }
+            @Sendable func kicked(_ frames: [ServerFrame]) -> Bool {
+                frames.contains { if case .closing("kicked") = $0 { true } else { false } }
+            }
             func recycleAlice() async throws {
                 #expect(try await beacon.store.deleteUser("alice", app: app.id, now: 1))
                 try await beacon.createUsers("alice")
@@ -82,7 +84,9 @@ private let phone = String(repeating: "cd", count: 32)
             let reader = try await RawDevice.connect(beacon, "alice", device: "phone")
             _ = try await reader.frames.wait(until: synced)
             try await recycleAlice()
-            #expect(try await beacon.rest("POST", "/messages/users", ["from": "bob", "to": ["alice"], "type": "txt", "body": ["msg": "hers"]]).status == 200)
+            #expect(
+                try await beacon.rest("POST", "/messages/users", ["from": "bob", "to": ["alice"], "type": "txt", "body": ["msg": "hers"]])
+                    .status == 200)
             let read = try await reader.frames.wait(until: kicked)
             #expect(!read.contains { if case .message = $0 { true } else { false } }, "\(read)")
             await reader.close()
@@ -154,10 +158,13 @@ private let phone = String(repeating: "cd", count: 32)
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("alice", "bob")
             let refused = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": Self.nested(Validation.maxMessageDepth + 1)])
+                "POST", "/messages/users",
+                ["from": "alice", "to": ["bob"], "type": "txt", "body": Self.nested(Validation.maxMessageDepth + 1)])
             #expect(refused.status == 400)
             #expect(refused.json["error"] == "illegal_argument")
-            let deepExt: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"], "ext": Self.nested(Validation.maxMessageDepth + 1)]
+            let deepExt: JSONValue = [
+                "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"], "ext": Self.nested(Validation.maxMessageDepth + 1),
+            ]
             #expect(try await beacon.rest("POST", "/messages/users", deepExt).json["error"] == "illegal_argument")
 
             let bob = try await beacon.connect("bob")

@@ -71,12 +71,16 @@ import Testing
                 let device = try await RawDevice.connect(beacon, "alice", device: "phone")
                 device.send(#"{"op":"send","id":"s1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"y"}}"#)
                 device.send(#"{"op":"send","id":"s2","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"z"}}"#)
-                let frames = try await device.frames.wait { frames in frames.contains { if case .error("s2", _, _) = $0 { true } else { false } } }
+                let frames = try await device.frames.wait { frames in
+                    frames.contains { if case .error("s2", _, _) = $0 { true } else { false } }
+                }
                 #expect(frames.contains { if case .sent("s1", _, _) = $0 { true } else { false } })
                 #expect(frames.contains { if case .error("s2", "too_many_requests", _) = $0 { true } else { false } })
                 // A retry of the stored s1 is answered with its message, however fast alice goes.
                 device.send(#"{"op":"send","id":"s1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"y"}}"#)
-                let again = try await device.frames.wait { frames in frames.filter { if case .sent("s1", _, _) = $0 { true } else { false } }.count == 2 }
+                let again = try await device.frames.wait { frames in
+                    frames.filter { if case .sent("s1", _, _) = $0 { true } else { false } }.count == 2
+                }
                 let answers = again.compactMap { frame -> String? in if case .sent("s1", let id, _) = frame { id } else { nil } }
                 #expect(answers.count == 2 && answers[0] == answers[1])
                 await device.close()
@@ -117,7 +121,8 @@ import Testing
             #expect(toGhost.status == 200 && toBob.status == 200)
             #expect(toGhost.json["data"]?["ghost"]?.stringValue != nil, "\(toGhost.json)")
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "1")
-            let byApp = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["ghost"], "type": "txt", "body": ["msg": "x"]])
+            let byApp = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["ghost"], "type": "txt", "body": ["msg": "x"]])
             #expect(byApp.status == 404 && byApp.json["error"] == "user_not_found")
             // The name created later does not find that message.
             try await beacon.createUsers("ghost")
@@ -137,7 +142,9 @@ import Testing
             let withGhost = try await beacon.rest(
                 "POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["ghost"]], token: alice)
             #expect(withGhost.status == 403 && withGhost.json["error"] == withOthers.json["error"])
-            #expect(try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "maxusers": 201], token: alice).status == 400)
+            #expect(
+                try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "maxusers": 201], token: alice).status
+                    == 400)
             let created = try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "maxusers": 200], token: alice)
             let group = try #require(created.json["data"]?["groupid"]?.stringValue, "\(created.json)")
             #expect(try await beacon.rest("POST", "/chatgroups/\(group)/users/bob", token: alice).status == 403)
@@ -148,7 +155,8 @@ import Testing
             #expect(try await beacon.rest("DELETE", "/chatgroups/\(group)/users/carol", token: alice).status == 200)  // the owner removes
             #expect(try await beacon.rest("DELETE", "/chatgroups/\(group)/users/bob", token: bob).status == 200)  // bob leaves
             // The app's groups keep their larger bound.
-            #expect(try await beacon.rest("POST", "/chatgroups", ["groupname": "big", "owner": "alice", "maxusers": 100_000]).status == 200)
+            #expect(
+                try await beacon.rest("POST", "/chatgroups", ["groupname": "big", "owner": "alice", "maxusers": 100_000]).status == 200)
         }
     }
 }

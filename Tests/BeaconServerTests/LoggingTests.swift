@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// Structured logs (issue 10): JSON lines, one per request, never a token.
@@ -17,7 +17,8 @@ import FoundationNetworking
         var all: [String] { lines.withLock { $0 } }
         var objects: [JSONValue] { all.compactMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) } }
         func logger(level: Logger.Level = .info) -> Logger {
-            var logger = Logger(label: "beacon") { label in JSONLogHandler(label: label) { line in self.lines.withLock { $0.append(line) } } }
+            var logger = Logger(label: "beacon") { label in JSONLogHandler(label: label) { line in self.lines.withLock { $0.append(line) } }
+            }
             logger.logLevel = level
             return logger
         }

@@ -1,7 +1,8 @@
 import BeaconCore
-@testable import BeaconServer
 import Foundation
 import Testing
+
+@testable import BeaconServer
 
 private let wrong = BeaconError(.invalidGrant, "username or password is wrong")
 private let throttled = BeaconError(.tooManyRequests, "too many failed logins; try again in a few minutes")
@@ -29,7 +30,9 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
     @Test func aUsernameNoUserCanHaveIsRefusedAndKeepsNothing() throws {
         let throttle = LoginThrottle()
         // Before: each became a key (255 KB kept per failure) and counted against the address.
-        let names = [String(repeating: "a", count: 65), String(repeating: "a", count: 255 * 1024), "", ".", "..", "Alice", "bob smith", "ü"]
+        let names = [
+            String(repeating: "a", count: 65), String(repeating: "a", count: 255 * 1024), "", ".", "..", "Alice", "bob smith", "ü",
+        ]
         for _ in 0..<60 {
             for name in names {
                 #expect(throws: wrong) { _ = try throttle.begin(app: 1, username: name, address: try address("192.0.2.1"), now: t0) }
@@ -123,7 +126,9 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
             "g::", "::1.2.3", "1.2.3.4::", "::1.2.3.4:5", "1:2:3:4:5:6:7:1.2.3.4", "1:2:3:4:5:6:7", String(repeating: "1:", count: 40),
         ]
         for text in invalid { #expect(NetworkAddress(text) == nil, "\(text)") }
-        let forwarded = ["1.2.3.4:5678": "1.2.3.4", "[2001:db8::1]:443": "2001:db8::1", "[2001:db8::1]": "2001:db8::1", "2001:db8::1": "2001:db8::1"]
+        let forwarded = [
+            "1.2.3.4:5678": "1.2.3.4", "[2001:db8::1]:443": "2001:db8::1", "[2001:db8::1]": "2001:db8::1", "2001:db8::1": "2001:db8::1",
+        ]
         for (text, printed) in forwarded { #expect(NetworkAddress(forwarded: text)?.description == printed, "\(text)") }
         for text in ["[::1]x", "[::1]:", "1.2.3.4:", "1.2.3.4:123456", "unknown", "[1.2.3.4", "", "_hidden"] {
             #expect(NetworkAddress(forwarded: text) == nil, "\(text)")
@@ -145,7 +150,9 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
         #expect(try !range("fe80::/10").contains(try address("fec0::1")))
         #expect(try range("192.168.1.128/25").contains(try address("192.168.1.255")))
         #expect(try !range("192.168.1.128/25").contains(try address("192.168.1.127")))
-        for text in ["10.0.0.1/8", "fe80::1/64", "10.0.0.0/33", "::/129", "1.2.3.4/", "/8", "10.0.0.0/8/8", "10.0.0.0/-1", "10.0.0.0/ 8", "nope"] {
+        for text in [
+            "10.0.0.1/8", "fe80::1/64", "10.0.0.0/33", "::/129", "1.2.3.4/", "/8", "10.0.0.0/8/8", "10.0.0.0/-1", "10.0.0.0/ 8", "nope",
+        ] {
             #expect(throws: BeaconError.self, "\(text)") { try range(text) }
         }
     }
@@ -198,7 +205,9 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
 
 /// The throttle through the server, behind a proxy and not.
 @Suite struct LoginThrottleServerTests {
-    private static func login(_ beacon: TestBeacon, _ username: String, _ password: String, forwardedFor: String) async throws -> (Int, JSONValue) {
+    private static func login(_ beacon: TestBeacon, _ username: String, _ password: String, forwardedFor: String) async throws -> (
+        Int, JSONValue
+    ) {
         try await TestBeacon.rest(
             beacon.baseURL, "POST", "/acme/chat/token",
             body: ["grant_type": "password", "username": .string(username), "password": .string(password)], token: nil,
@@ -227,7 +236,8 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
             try await beacon.createUsers("carol")
             // Usernames no user can have: refused, and counted against nothing.
             for index in 0..<60 {
-                let (status, answer) = try await Self.login(beacon, String(repeating: "x", count: 10_000 + index), "wrong", forwardedFor: "203.0.113.1")
+                let (status, answer) = try await Self.login(
+                    beacon, String(repeating: "x", count: 10_000 + index), "wrong", forwardedFor: "203.0.113.1")
                 #expect(status == 400 && answer["error"] == "invalid_grant")
             }
             #expect(try await Self.login(beacon, "carol", "pw", forwardedFor: "203.0.113.1").0 == 200)

@@ -40,8 +40,9 @@ import Testing
             try await bob.client.login(username: "bob", password: "pw")
             _ = try await alice.send(to: "bob", "end2")
             let all = try await bob.messages.wait { $0.contains { $0.content == .text("end2") } }
-            #expect(all.compactMap { if case .text(let t) = $0.content { t } else { nil } }
-                == (0..<40).map { "m\($0)" } + ["end1"] + (40..<50).map { "m\($0)" } + ["end2"])
+            #expect(
+                all.compactMap { if case .text(let t) = $0.content { t } else { nil } }
+                    == (0..<40).map { "m\($0)" } + ["end1"] + (40..<50).map { "m\($0)" } + ["end2"])
             #expect(Set(all.map(\.id)).count == all.count)
         }
     }
@@ -114,7 +115,8 @@ import Testing
             #expect(try await carol.texts(until: "end") == [])
             // The REST form too.
             let (status, answer) = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["carol"], "type": "txt", "body": ["msg": "x"], "routetype": "ROUTE_ONLINE"])
+                "POST", "/messages/users",
+                ["from": "alice", "to": ["carol"], "type": "txt", "body": ["msg": "x"], "routetype": "ROUTE_ONLINE"])
             #expect(status == 200)
             let id = try #require(answer["data"]?["carol"]?.stringValue)
             #expect(try await beacon.rest("GET", "/users/carol/offline_msg_status/\(id)").status == 404)
@@ -136,11 +138,16 @@ import Testing
             #expect(current.json["data"]?["carol"]?.stringValue != nil)
 
             let toGroup = try await beacon.rest(
-                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "img", "body": ["url": "https://x/a.png", "filename": "a.png"]])
+                "POST", "/messages/chatgroups",
+                ["from": "alice", "to": .array([.string(group)]), "type": "img", "body": ["url": "https://x/a.png", "filename": "a.png"]])
             #expect(toGroup.status == 200)
 
             let legacy = try await beacon.rest(
-                "POST", "/messages", ["target_type": "users", "target": ["bob"], "msg": ["type": "loc", "lat": 35.6, "lng": 139.7, "addr": "Tokyo"], "from": "alice"])
+                "POST", "/messages",
+                [
+                    "target_type": "users", "target": ["bob"], "msg": ["type": "loc", "lat": 35.6, "lng": 139.7, "addr": "Tokyo"],
+                    "from": "alice",
+                ])
             #expect(legacy.status == 200)
             #expect(legacy.json["data"]?["bob"]?.stringValue != nil)
 
@@ -216,7 +223,9 @@ import Testing
             #expect(status == 200 && answer["data"]?["result"] == true)
             try await phone.events.wait { $0.contains(.kicked) }
             func connected() async throws -> JSONValue? { try await beacon.rest("GET", "/users/bob/resources").json["entities"] }
-            for _ in 0..<500 where try await connected() != .array([.object(["res": "pad"])]) { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where try await connected() != .array([.object(["res": "pad"])]) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             #expect(try await connected() == .array([.object(["res": "pad"])]))
             #expect(!pad.events.items.contains(.kicked))
             #expect(try await beacon.rest("GET", "/users/bob", token: token).status == 200)
@@ -230,7 +239,9 @@ import Testing
                 let phoneSeen = devices.first { $0["device_id"] == "phone" }?["last_seen"]?.intValue
                 if devices.count == 2, devices.allSatisfy({ $0["last_seen"]?.intValue != nil }),
                     let phoneSeen, Int64(phoneSeen) >= beforeDisconnect
-                { break }
+                {
+                    break
+                }
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(devices.map { $0["device_id"] } == ["pad", "phone"])

@@ -1,8 +1,5 @@
 import APNsSimulator
 import BeaconCore
-@testable import BeaconPostgres
-@testable import BeaconServer
-@testable import BeaconSQLite
 import BeaconStorage
 import Foundation
 import GRDB
@@ -10,6 +7,10 @@ import HummingbirdWSClient
 import Logging
 import Synchronization
 import Testing
+
+@testable import BeaconPostgres
+@testable import BeaconSQLite
+@testable import BeaconServer
 
 private let phone = String(repeating: "ef", count: 32)
 
@@ -61,7 +62,9 @@ private let phone = String(repeating: "ef", count: 32)
             #expect(text.contains("beacon_sync_catchup_messages_sum 2.0"))
             #expect(text.contains("beacon_push_queue_depth 0.0"))
             #expect(text.contains("beacon_store_up 1.0"))
-            #expect(text.contains(#"beacon_http_requests_total{route="/{org}/{app}/messages/users",method="POST",status="200"} 2"#), "\(text.sorted())")
+            #expect(
+                text.contains(#"beacon_http_requests_total{route="/{org}/{app}/messages/users",method="POST",status="200"} 2"#),
+                "\(text.sorted())")
             // Labels never carry users, devices or tokens.
             #expect(!text.contains { $0.contains("bob") || $0.contains("laptop") || $0.contains(phone) })
 
@@ -70,7 +73,8 @@ private let phone = String(repeating: "ef", count: 32)
             simulator.markUnregistered(deviceToken: phone, timestamp: Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "gone"]])
             _ = try await beacon.pushOutcomes.attempts(2)
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "unbound"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "unbound"]])
             _ = try await beacon.deliveries(of: "bob") { $0.count == 3 }
             // The logout's connection ends on the server after the answer: its count comes shortly (at most 10 s here).
             var after = try await Self.metrics(beacon)
@@ -143,7 +147,8 @@ private let phone = String(repeating: "ef", count: 32)
             case let sqlite as SQLiteStore:
                 missing = try #require(SQLiteStore.migrator.migrations.last)
                 let queue = try DatabaseQueue(path: sqlite.path)
-                try await queue.write { db in try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [missing]) }
+                try await queue.write { db in try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [missing])
+                }
                 try queue.close()
             case let postgres as PostgresStore:
                 missing = try #require(PostgresStore.migrations.last?.version)
@@ -154,7 +159,11 @@ private let phone = String(repeating: "ef", count: 32)
             }
             let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
             #expect(status == 503)
-            #expect(body == Self.checks(beacon, ["status": "not_ready", "store": "ok", "migrations": .string("pending: \(missing)"), "push_worker": "running"]))
+            #expect(
+                body
+                    == Self.checks(
+                        beacon,
+                        ["status": "not_ready", "store": "ok", "migrations": .string("pending: \(missing)"), "push_worker": "running"]))
         }
     }
 

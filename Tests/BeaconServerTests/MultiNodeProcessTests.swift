@@ -1,11 +1,12 @@
 import BeaconCore
-@testable import BeaconPostgres
 import BeaconProtocol
 import Foundation
 import HummingbirdWSClient
 import Logging
 import Synchronization
 import Testing
+
+@testable import BeaconPostgres
 
 private let postgresURL = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"]
 
@@ -32,7 +33,8 @@ struct MultiNodeProcessTests {
             for index in 0..<3 {
                 started.append(
                     try await ServerProcess.start(
-                        dataDirectory: directory.appendingPathComponent("node\(index)"), simulator: simulator, extra: ["--node-id", "n\(index)"],
+                        dataDirectory: directory.appendingPathComponent("node\(index)"), simulator: simulator,
+                        extra: ["--node-id", "n\(index)"],
                         environment: environment))
             }
             let nodes = started
@@ -44,7 +46,9 @@ struct MultiNodeProcessTests {
 
             let watcherToken = try await nodes[0].token(CrashTests.password("r0"))
             let watcher = Task {
-                try await WebSocketClient.connect(url: nodes[0].webSocketURL(token: watcherToken, device: "watcher"), logger: Logger(label: "test")) {
+                try await WebSocketClient.connect(
+                    url: nodes[0].webSocketURL(token: watcherToken, device: "watcher"), logger: Logger(label: "test")
+                ) {
                     inbound, _, _ in
                     for try await _ in inbound.messages(maxSize: 1 << 20) {}
                 }
@@ -97,7 +101,8 @@ struct MultiNodeProcessTests {
             // A push can go twice only if the dead node sent it and died before recording it: such a job was claimed once
             // more than it has recorded attempts. Duplicates stay within those claims.
             let duplicates = pushes.values.reduce(0) { $0 + max(0, $1 - 1) }
-            let lostClaims = try await PostgresStore.withStore(url: environment["BEACON_DATABASE_URL"] ?? "", logger: Logger(label: "test")) { store in
+            let lostClaims = try await PostgresStore.withStore(url: environment["BEACON_DATABASE_URL"] ?? "", logger: Logger(label: "test"))
+            { store in
                 try await store.rows(
                     "SELECT count(*) AS n FROM push_jobs j WHERE j.attempts > (SELECT count(*) FROM push_attempts a WHERE a.job_id = j.id)"
                 ).first?["n"].decode(Int.self) ?? 0
@@ -105,7 +110,8 @@ struct MultiNodeProcessTests {
             #expect(duplicates <= lostClaims, "\(duplicates) duplicated pushes, \(lostClaims) claims of the dead node")
 
             // r0's device, which was on the dead node, reconnects to another: everything, in order, once.
-            let watcherStored = try await nodes[1].storedMessages(token: try await nodes[1].token(CrashTests.password("r0")), device: "watcher")
+            let watcherStored = try await nodes[1].storedMessages(
+                token: try await nodes[1].token(CrashTests.password("r0")), device: "watcher")
             #expect(zip(watcherStored, watcherStored.dropFirst()).allSatisfy { $0.seq < $1.seq })
             #expect(watcherStored.map(\.messageID).count == Set(watcherStored.map(\.messageID)).count)
             #expect(Set(watcherStored.map(\.messageID)) == Set(expected.filter { $0.key.receiver == "r0" }.values))
@@ -154,7 +160,9 @@ final class LiveReader: Sendable {
     func read(url: String) async throws {
         try await WebSocketClient.connect(url: url, logger: Logger(label: "test")) { inbound, outbound, _ in
             for try await message in inbound.messages(maxSize: 1 << 20) {
-                guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
+                guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                    continue
+                }
                 self.sink.yield(frame)
                 if case .message(let seq?, _) = frame {
                     try await outbound.write(.text(#"{"op":"ack","seq":\#(seq)}"#))
@@ -170,10 +178,11 @@ final class LiveReader: Sendable {
     /// Waits (bounded) until every id in `ids` was received.
     func waitForAll(_ ids: Set<String>) async throws {
         try await frames.wait(timeout: .seconds(30)) { frames in
-            let seen = Set(frames.compactMap { frame -> String? in
-                if case .message(_?, let message) = frame { return message.msgID }
-                return nil
-            })
+            let seen = Set(
+                frames.compactMap { frame -> String? in
+                    if case .message(_?, let message) = frame { return message.msgID }
+                    return nil
+                })
             return ids.isSubset(of: seen)
         }
     }

@@ -1,7 +1,8 @@
-@testable import BeaconServer
 import BeaconCore
 import BeaconStorage
 import Testing
+
+@testable import BeaconServer
 
 @Suite struct OutboxTests {
     private func entry(_ seq: Int64) -> InboxEntry {

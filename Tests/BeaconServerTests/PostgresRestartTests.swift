@@ -20,7 +20,9 @@ struct PostgresRestartTests {
             let bob = try await a.connect("bob")
             try await bob.events.synced()
             let send: @Sendable (String) async throws -> Int = { text in
-                try await b.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]]).0
+                try await b.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]]
+                ).0
             }
             #expect(try await send("before") == 200)
             _ = try await bob.messages.wait { $0.count >= 1 }

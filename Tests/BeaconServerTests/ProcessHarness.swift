@@ -7,7 +7,7 @@ import Logging
 import Synchronization
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 
 /// The `beacon` executable run as a child process, as an operator runs it: its output is kept line by line.
@@ -81,7 +81,8 @@ struct ServerProcess: Sendable {
         async throws -> ServerProcess
     {
         let process = try await BeaconProcess(
-            ["serve", "--port", "0", "--data-dir", dataDirectory.path, "--apns-endpoint", simulator.apnsURL, "--apns-ca", simulator.caFile] + extra,
+            ["serve", "--port", "0", "--data-dir", dataDirectory.path, "--apns-endpoint", simulator.apnsURL, "--apns-ca", simulator.caFile]
+                + extra,
             environment: environment.merging(["BEACON_LOG_LEVEL": "notice"]) { first, _ in first })
         let ready = try await process.line(containing: "Beacon listening on http://")
         guard let portText = ready.split(separator: ":").last.map({ $0.filter(\.isNumber) }), let port = Int(portText) else {
@@ -98,7 +99,9 @@ struct ServerProcess: Sendable {
 
     func token(_ body: JSONValue) async throws -> String {
         let (status, answer) = try await rest("POST", "/token", body, token: nil)
-        guard status == 200, let token = answer["access_token"]?.stringValue else { throw HTTPError(description: "token: \(status) \(answer)") }
+        guard status == 200, let token = answer["access_token"]?.stringValue else {
+            throw HTTPError(description: "token: \(status) \(answer)")
+        }
         return token
     }
 
@@ -109,9 +112,12 @@ struct ServerProcess: Sendable {
     /// Connects a device, reads everything stored for it up to `synced` (acknowledging nothing), and disconnects.
     func storedMessages(token: String, device: String) async throws -> [(seq: Int64, messageID: String)] {
         let received = Mutex<[(Int64, String)]>([])
-        try await WebSocketClient.connect(url: webSocketURL(token: token, device: device), logger: Logger(label: "test")) { inbound, outbound, _ in
+        try await WebSocketClient.connect(url: webSocketURL(token: token, device: device), logger: Logger(label: "test")) {
+            inbound, outbound, _ in
             for try await message in inbound.messages(maxSize: 1 << 20) {
-                guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else { continue }
+                guard case .text(let text) = message, let frame = try? JSONDecoder().decode(ServerFrame.self, from: Data(text.utf8)) else {
+                    continue
+                }
                 if case .message(let seq?, let wire) = frame { received.withLock { $0.append((seq, wire.msgID)) } }
                 if case .synced = frame { break }
             }

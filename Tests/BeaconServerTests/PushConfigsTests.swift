@@ -112,13 +112,15 @@ import Testing
         let pem = Array(P256.Signing.PrivateKey().pemRepresentation.utf8)
         try await store.savePushConfig(
             PushConfigRecord(
-                appID: app.id, name: "ios", kind: .p8, environment: "production", bundleID: "com.example", voip: false, keyID: "K", teamID: "T",
+                appID: app.id, name: "ios", kind: .p8, environment: "production", bundleID: "com.example", voip: false, keyID: "K",
+                teamID: "T",
                 sealedSecret: try old.seal(pem), expiresAt: nil, createdAt: 1))
         // A console session, which is not signed with the key: rotating the key ends it too.
         let farFuture = Int64(Date().timeIntervalSince1970 * 1000) + 24 * 3600 * 1000
         try await store.createConsoleSession(ConsoleSession(digest: "signed-in", app: app.id, createdAt: 1, expiresAt: farFuture), now: 1)
         func rotate(_ extra: [String] = []) async throws -> (Int32, String) {
-            let result = try await runToExit(BeaconProcess.executable, ["rotate-key", "--data-dir", data, "--new-key-file", newKeyFile] + extra)
+            let result = try await runToExit(
+                BeaconProcess.executable, ["rotate-key", "--data-dir", data, "--new-key-file", newKeyFile] + extra)
             return (result.status, String(decoding: result.output, as: UTF8.self))
         }
 
@@ -137,7 +139,9 @@ import Testing
         #expect(try await store.consoleSession(digest: "signed-in", now: 2) == nil)
         let new = try SecretBox.read(keyFile: newKeyFile)
         #expect(try new.open(try #require(try await store.pushConfig("ios", app: app.id)).sealedSecret) == pem)
-        #expect(try String(contentsOfFile: SecretBox.keyFile(inDataDirectory: data), encoding: .utf8) == String(contentsOfFile: newKeyFile, encoding: .utf8))
+        #expect(
+            try String(contentsOfFile: SecretBox.keyFile(inDataDirectory: data), encoding: .utf8)
+                == String(contentsOfFile: newKeyFile, encoding: .utf8))
         let mode = try FileManager.default.attributesOfItem(atPath: newKeyFile)[.posixPermissions] as? Int
         #expect(mode == 0o600)
         // Again: the data directory's key is the new one now, and nothing is left to seal.
@@ -149,8 +153,11 @@ import Testing
         #expect(try await rotate(["--database", url]).0 != 0)
         let withKey = try await runToExit(
             URL(fileURLWithPath: "/usr/bin/env"),
-            ["BEACON_SECRET_KEY=\(String(decoding: try Data(contentsOf: URL(fileURLWithPath: newKeyFile)), as: UTF8.self))", BeaconProcess.executable.path,
-             "rotate-key", "--database", url, "--new-key-file", newKeyFile])
+            [
+                "BEACON_SECRET_KEY=\(String(decoding: try Data(contentsOf: URL(fileURLWithPath: newKeyFile)), as: UTF8.self))",
+                BeaconProcess.executable.path,
+                "rotate-key", "--database", url, "--new-key-file", newKeyFile,
+            ])
         #expect(withKey.status != 0)
     }
 }

@@ -13,7 +13,9 @@ import Testing
             try await client.login(username: "bob", password: "pw")
 
             let all = try await client.setSilentModeForAll(
-                SilentModeParam(remindType: .mentionsOnly, durationMinutes: 60, interval: SilentInterval(startHour: 22, startMinute: 0, endHour: 7, endMinute: 30)))
+                SilentModeParam(
+                    remindType: .mentionsOnly, durationMinutes: 60,
+                    interval: SilentInterval(startHour: 22, startMinute: 0, endHour: 7, endMinute: 30)))
             #expect(all.remindType == .mentionsOnly)
             #expect(all.expireTimestamp == clock.now + 3_600_000)
             #expect(all.start == 22 * 60)
@@ -41,7 +43,8 @@ import Testing
     }
 
     @Test func theAppSideParserReadsBeaconsPayload() throws {
-        let json = #"{"aps":{"alert":{"title":"T","subtitle":"S","body":"B"},"badge":3,"sound":"default","thread-id":"g1"},"e":{"k":"v"},"f":"alice","g":"g1","m":"42","t":"bob"}"#
+        let json =
+            #"{"aps":{"alert":{"title":"T","subtitle":"S","body":"B"},"badge":3,"sound":"default","thread-id":"g1"},"e":{"k":"v"},"f":"alice","g":"g1","m":"42","t":"bob"}"#
         let payload = try PushPayload(json: Data(json.utf8))
         #expect(payload.title == "T")
         #expect(payload.subtitle == "S")

@@ -16,7 +16,8 @@ extension TestClock {
         try await TestBeacon.run(clock: clock) { beacon in
             try await beacon.createUsers("bob", "alice")
             let group = try await beacon.createGroup(owner: "alice", members: ["bob"])
-            let set = try await beacon.rest("PUT", "/users/bob/notification/user/bob", ["type": "AT", "ignoreInterval": "22:00-07:00", "ignoreDuration": 86_400_000])
+            let set = try await beacon.rest(
+                "PUT", "/users/bob/notification/user/bob", ["type": "AT", "ignoreInterval": "22:00-07:00", "ignoreDuration": 86_400_000])
             #expect(set.status == 200)
             #expect(set.json["data"]?["type"] == "AT")
             #expect(set.json["data"]?["ignoreInterval"] == "22:0-7:0")
@@ -28,7 +29,12 @@ extension TestClock {
 
             let query = try await beacon.rest(
                 "POST", "/users/bob/notification/query",
-                ["conversations": [["chattype": "chatgroup", "key": .string(group)], ["chattype": "user", "key": "alice"], ["chattype": "user", "key": "carol"]]])
+                [
+                    "conversations": [
+                        ["chattype": "chatgroup", "key": .string(group)], ["chattype": "user", "key": "alice"],
+                        ["chattype": "user", "key": "carol"],
+                    ]
+                ])
             #expect(query.json["data"]?.arrayValue?.map { $0["key"]?.stringValue } == [group, "alice"])
             clock.advance(seconds: 61)
             let later = try await beacon.rest(
@@ -56,7 +62,8 @@ extension TestClock {
                 #expect(answer.status == 400, "\(path) \(body)")
                 #expect(answer.json["error"] == "illegal_argument", "\(path) \(body)")
             }
-            #expect(try await beacon.rest("PUT", "/users/bob/notification/chatgroup/404", ["type": "ALL"]).json["error"] == "group_not_found")
+            #expect(
+                try await beacon.rest("PUT", "/users/bob/notification/chatgroup/404", ["type": "ALL"]).json["error"] == "group_not_found")
             let unchanged = try await beacon.rest("GET", "/users/bob/notification/user/bob").json["data"]
             #expect(unchanged?["type"] == "AT")
             #expect(unchanged?["ignoreInterval"] == "22:0-7:0")
@@ -74,7 +81,9 @@ extension TestClock {
             #expect(try await beacon.rest("PUT", "/push/policy", ["timezone": "Mars/Olympus"]).json["error"] == "illegal_argument")
             let policy = try await beacon.rest("PUT", "/push/policy", ["multi_device": "any_offline", "timezone": "Europe/Berlin"])
             #expect(
-                policy.json["data"] == ["multi_device": "any_offline", "timezone": "Europe/Berlin", "display_strings": [:], "badge_counts_muted": false])
+                policy.json["data"] == [
+                    "multi_device": "any_offline", "timezone": "Europe/Berlin", "display_strings": [:], "badge_counts_muted": false,
+                ])
             #expect(try await beacon.rest("PUT", "/push/policy", ["display_strings": ["sticker": "x"]]).json["error"] == "illegal_argument")
             let strings = try await beacon.rest("PUT", "/push/policy", ["display_strings": ["new_message": "Neue Nachricht"]])
             #expect(strings.json["data"]?["display_strings"] == ["new_message": "Neue Nachricht"])
@@ -104,7 +113,11 @@ extension TestClock {
                 clock.advance(hours: 6)  // 23:00 in Tokyo
                 func send(_ path: String, to target: String, _ text: String, ext: [String: JSONValue] = [:]) async throws {
                     _ = try await beacon.rest(
-                        "POST", path, ["from": "alice", "to": .array([.string(target)]), "type": "txt", "body": ["msg": .string(text)], "ext": .object(ext)])
+                        "POST", path,
+                        [
+                            "from": "alice", "to": .array([.string(target)]), "type": "txt", "body": ["msg": .string(text)],
+                            "ext": .object(ext),
+                        ])
                 }
                 try await send("/messages/users", to: "bob", "late chat")
                 try await send("/messages/chatgroups", to: group, "late group")
@@ -116,7 +129,9 @@ extension TestClock {
                 try await send("/messages/users", to: "bob", "morning chat")
                 _ = try await beacon.pushOutcomes.attempts(2)
 
-                let records = try await beacon.deliveries(of: "bob").reversed().map { ($0["status"]?.stringValue ?? "", $0["reason"]?.stringValue) }
+                let records = try await beacon.deliveries(of: "bob").reversed().map {
+                    ($0["status"]?.stringValue ?? "", $0["reason"]?.stringValue)
+                }
                 #expect(records.map(\.0) == ["skipped", "skipped", "sent", "skipped", "sent"])
                 #expect(records.map(\.1) == ["dnd", "dnd", nil, "mode_none", nil])
                 #expect(simulator.deliveries(deviceToken: phone).count == 2)

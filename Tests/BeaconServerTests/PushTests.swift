@@ -7,13 +7,14 @@ import BeaconStorage
 import BeaconTestSupport
 import Crypto
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import NIOSSL
 import SwiftASN1
 import Testing
 import X509
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 private let phone = String(repeating: "ab", count: 32)
 private let tablet = String(repeating: "cd", count: 32)
@@ -40,28 +41,45 @@ extension Collector where Element == PushAttemptOutcome {
 
             let notAKey = try await beacon.rest(
                 "POST", "/push/certificates",
-                ["name": "bad", "kind": "p8", "file": "not a key", "key_id": "K", "team_id": "T", "environment": "production", "bundle_id": "b"])
+                [
+                    "name": "bad", "kind": "p8", "file": "not a key", "key_id": "K", "team_id": "T", "environment": "production",
+                    "bundle_id": "b",
+                ])
             #expect(notAKey.json["error"] == "invalid_p8_key")
             let rsa = "-----BEGIN PRIVATE KEY-----\nMIIBVAIBADANBgkqhkiG9w0BAQEFAASCAT4wggE6AgEAAkEA\n-----END PRIVATE KEY-----"
-            #expect(try await beacon.rest(
-                "POST", "/push/certificates",
-                ["name": "rsa", "kind": "p8", "file": .string(rsa), "key_id": "K", "team_id": "T", "environment": "production", "bundle_id": "b"]
-            ).json["error"] == "invalid_p8_key")
-            #expect(try await beacon.rest(
-                "POST", "/push/certificates", ["name": "nokey", "kind": "p8", "file": "x", "environment": "production", "bundle_id": "b"]
-            ).json["error"] == "illegal_argument")
-            #expect(try await beacon.rest(
-                "POST", "/push/certificates", ["name": "env", "kind": "p8", "file": "x", "environment": "staging", "bundle_id": "b"]
-            ).json["error"] == "json_parse")
+            #expect(
+                try await beacon.rest(
+                    "POST", "/push/certificates",
+                    [
+                        "name": "rsa", "kind": "p8", "file": .string(rsa), "key_id": "K", "team_id": "T", "environment": "production",
+                        "bundle_id": "b",
+                    ]
+                ).json["error"] == "invalid_p8_key")
+            #expect(
+                try await beacon.rest(
+                    "POST", "/push/certificates",
+                    ["name": "nokey", "kind": "p8", "file": "x", "environment": "production", "bundle_id": "b"]
+                ).json["error"] == "illegal_argument")
+            #expect(
+                try await beacon.rest(
+                    "POST", "/push/certificates", ["name": "env", "kind": "p8", "file": "x", "environment": "staging", "bundle_id": "b"]
+                ).json["error"] == "json_parse")
             // The bundle id becomes the apns-topic header: what HTTP/2 cannot carry, or no bundle id has, is refused here.
             for bundleID in ["com.example\nchat", "com example", "com.example/chat", String(repeating: "a", count: 156)] {
                 let answer = try await beacon.rest(
                     "POST", "/push/certificates",
-                    ["name": "topic", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "K", "team_id": "T",
-                     "environment": "production", "bundle_id": .string(bundleID)])
+                    [
+                        "name": "topic", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "K",
+                        "team_id": "T",
+                        "environment": "production", "bundle_id": .string(bundleID),
+                    ])
                 #expect(answer.json["error"] == "illegal_argument", "\(bundleID)")
             }
-            let user = try await beacon.userToken(try await { try await beacon.createUsers("alice"); return "alice" }())
+            let user = try await beacon.userToken(
+                try await {
+                    try await beacon.createUsers("alice")
+                    return "alice"
+                }())
             #expect(try await beacon.rest("GET", "/push/certificates", token: user).status == 403)
 
             #expect(try await beacon.rest("DELETE", "/push/certificates/ios-dev").status == 200)
@@ -75,8 +93,11 @@ extension Collector where Element == PushAttemptOutcome {
             func upload(_ file: String, password: String) async throws -> (Int, JSONValue) {
                 try await beacon.rest(
                     "POST", "/push/certificates",
-                    ["name": "ios-prod", "kind": "p12", "file": .string(file), "password": .string(password), "environment": "production",
-                     "bundle_id": "com.example.chat"])
+                    [
+                        "name": "ios-prod", "kind": "p12", "file": .string(file), "password": .string(password),
+                        "environment": "production",
+                        "bundle_id": "com.example.chat",
+                    ])
             }
             let good = try await upload(valid.base64EncodedString(), password: "s3cret")
             #expect(good.0 == 200)
@@ -86,10 +107,15 @@ extension Collector where Element == PushAttemptOutcome {
             // The same upload as a multipart form, as `curl -F file=@push.p12 …` sends it.
             let boundary = "----beacon-test"
             var form = Data()
-            for (field, value) in [("name", "ios-form"), ("kind", "p12"), ("password", "s3cret"), ("environment", "production"), ("bundle_id", "com.example.chat")] {
+            for (field, value) in [
+                ("name", "ios-form"), ("kind", "p12"), ("password", "s3cret"), ("environment", "production"),
+                ("bundle_id", "com.example.chat"),
+            ] {
                 form += Data("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(field)\"\r\n\r\n\(value)\r\n".utf8)
             }
-            form += Data("--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"push.p12\"\r\nContent-Type: application/x-pkcs12\r\n\r\n".utf8)
+            form += Data(
+                "--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"push.p12\"\r\nContent-Type: application/x-pkcs12\r\n\r\n"
+                    .utf8)
             form += valid + Data("\r\n--\(boundary)--\r\n".utf8)
             var request = URLRequest(url: URL(string: beacon.baseURL.absoluteString + "/acme/chat/push/certificates")!)
             request.httpMethod = "POST"
@@ -146,7 +172,8 @@ extension Collector where Element == PushAttemptOutcome {
             try await beacon.createUsers("alice", "bob", "carol")
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
-            let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+            let sent = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
             let id = try #require(sent.json["data"]?["bob"]?.stringValue)
             #expect(try await beacon.pushOutcomes.attempts(1).map(\.status) == [.sent])
             let delivery = try #require(simulator.deliveries(deviceToken: phone).first)
@@ -154,13 +181,15 @@ extension Collector where Element == PushAttemptOutcome {
             #expect(delivery.pushType == "alert")
             #expect(delivery.priority == 10)
             #expect(delivery.expiration! > Int64(Date().timeIntervalSince1970) + 86000)
-            #expect(delivery.payload == .object([
-                "aps": .object([
-                    "alert": .object(["body": .string("You have a new message")]), "badge": .number(1), "sound": .string("default"),
-                    "thread-id": .string("alice"),
-                ]),
-                "f": .string("alice"), "t": .string("bob"), "m": .string(id),
-            ]))
+            #expect(
+                delivery.payload
+                    == .object([
+                        "aps": .object([
+                            "alert": .object(["body": .string("You have a new message")]), "badge": .number(1), "sound": .string("default"),
+                            "thread-id": .string("alice"),
+                        ]),
+                        "f": .string("alice"), "t": .string("bob"), "m": .string(id),
+                    ]))
             // The badge is bob's unread count.
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "again"]])
             _ = try await beacon.pushOutcomes.attempts(2)
@@ -217,8 +246,10 @@ extension Collector where Element == PushAttemptOutcome {
             let p12 = try await makeP12(password: "s3cret", notValidAfter: Date() + 86400)
             let upload = try await beacon.rest(
                 "POST", "/push/certificates",
-                ["name": "ios-cert", "kind": "p12", "file": .string(p12.base64EncodedString()), "password": "s3cret",
-                 "environment": "development", "bundle_id": "com.example.chat"])
+                [
+                    "name": "ios-cert", "kind": "p12", "file": .string(p12.base64EncodedString()), "password": "s3cret",
+                    "environment": "development", "bundle_id": "com.example.chat",
+                ])
             #expect(upload.status == 200)
             _ = try await beacon.bind("bob", token: phone, notifier: "ios-cert")
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
@@ -234,10 +265,13 @@ extension Collector where Element == PushAttemptOutcome {
             _ = try await beacon.bind("bob", token: phone)
             _ = try await beacon.bind("carol", token: tablet)
             let group = try await beacon.createGroup(owner: "alice", members: ["bob", "carol"])
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "typing"]])
             _ = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "s"], "ext": ["em_ignore_notification": true]])
-            _ = try await beacon.rest("POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "cmd", "body": ["action": "typing"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users",
+                ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "s"], "ext": ["em_ignore_notification": true]])
+            _ = try await beacon.rest(
+                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
             _ = try await beacon.pushOutcomes.attempts(2)
             #expect(simulator.deliveries().count == 2)
             #expect(simulator.deliveries().allSatisfy { $0.payload.g == group })
@@ -255,7 +289,8 @@ extension Collector where Element == PushAttemptOutcome {
             simulator.markUnregistered(deviceToken: phone, timestamp: Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
             // carol re-registered after the token went stale: her binding is newer than APNs' timestamp and stays.
             simulator.markUnregistered(deviceToken: tablet, timestamp: 1_000)
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
             let outcomes = try await beacon.pushOutcomes.attempts(2)
             #expect(outcomes.map(\.status) == [.failed, .failed])
             #expect(outcomes.map(\.httpStatus) == [410, 410])
@@ -273,12 +308,14 @@ extension Collector where Element == PushAttemptOutcome {
             _ = try await beacon.bind("carol", token: tablet)
             simulator.registerDeviceToken(phone, topic: "com.example.other")
             simulator.registerDeviceToken(tablet, topic: "com.example.chat", environment: .production)
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
             _ = try await beacon.pushOutcomes.attempts(2)
             #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
             #expect(try await beacon.rest("GET", "/users/carol/push/binding").json["count"]?.intValue == 0)
-            let reasons = Set(try await beacon.deliveries(of: "bob").compactMap { $0["reason"]?.stringValue }
-                + (try await beacon.deliveries(of: "carol")).compactMap { $0["reason"]?.stringValue })
+            let reasons = Set(
+                try await beacon.deliveries(of: "bob").compactMap { $0["reason"]?.stringValue }
+                    + (try await beacon.deliveries(of: "carol")).compactMap { $0["reason"]?.stringValue })
             #expect(reasons == ["DeviceTokenNotForTopic", "BadDeviceToken"])
         }
     }
@@ -314,7 +351,8 @@ extension Collector where Element == PushAttemptOutcome {
             try await beacon.createUsers("alice", "bob")
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
-            _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "accepted"]])
+            _ = try await beacon.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "accepted"]])
             #expect(try await beacon.pushOutcomes.attempts(1)[0].status == .pending)
         }
         // Second life, with APNs back: the job is sent once.
@@ -328,7 +366,8 @@ extension Collector where Element == PushAttemptOutcome {
         // Third life: nothing left to send.
         try await withSimulator { simulator in
             try await TestBeacon.run(push: simulator, directory: directory) { beacon in
-                _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "new"]])
+                _ = try await beacon.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "new"]])
                 let outcomes = try await beacon.pushOutcomes.attempts(1)
                 #expect(outcomes.count == 1)
                 #expect(simulator.deliveries(deviceToken: phone).count == 1)
@@ -340,7 +379,9 @@ extension Collector where Element == PushAttemptOutcome {
 
 extension JSONPayload {
     var badge: Int? {
-        if case .object(let root) = self, case .object(let aps)? = root["aps"], case .number(let badge)? = aps["badge"] { return Int(badge) }
+        if case .object(let root) = self, case .object(let aps)? = root["aps"], case .number(let badge)? = aps["badge"] {
+            return Int(badge)
+        }
         return nil
     }
     var g: String? {

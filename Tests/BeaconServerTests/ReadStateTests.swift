@@ -10,7 +10,8 @@ private let phone = String(repeating: "cd", count: 32)
 /// Read state, badge = unread count, and the background push that withdraws what was read elsewhere (issue 11).
 @Suite struct ReadStateTests {
     private static func sendText(_ beacon: TestBeacon, from: String, to: String, _ text: String) async throws -> String {
-        let sent = try await beacon.rest("POST", "/messages/users", ["from": .string(from), "to": [.string(to)], "type": "txt", "body": ["msg": .string(text)]])
+        let sent = try await beacon.rest(
+            "POST", "/messages/users", ["from": .string(from), "to": [.string(to)], "type": "txt", "body": ["msg": .string(text)]])
         return try #require(sent.json["data"]?[to]?.stringValue)
     }
 
@@ -46,13 +47,17 @@ private let phone = String(repeating: "cd", count: 32)
             #expect(withdrawal.priority == 5)
             #expect(withdrawal.collapseID == nil)
             #expect(withdrawal.topic == "com.example.chat")
-            #expect(withdrawal.payload == .object([
-                "aps": .object(["content-available": .number(1)]),
-                "beacon": .object([
-                    "badge": .number(0),
-                    "read": .array([.object(["chat_type": .string("chat"), "conversation": .string("alice"), "up_to": .string(ids[2])])]),
-                ]),
-            ]))
+            #expect(
+                withdrawal.payload
+                    == .object([
+                        "aps": .object(["content-available": .number(1)]),
+                        "beacon": .object([
+                            "badge": .number(0),
+                            "read": .array([
+                                .object(["chat_type": .string("chat"), "conversation": .string("alice"), "up_to": .string(ids[2])])
+                            ]),
+                        ]),
+                    ]))
             let parsed = try PushPayload(json: JSONEncoder().encode(withdrawal.payload))
             #expect(parsed.withdrawal?.badge == 0)
             let first = try #require(simulator.deliveries(deviceToken: phone).first)
@@ -113,7 +118,8 @@ private let phone = String(repeating: "cd", count: 32)
             device.send(#"{"op":"read","chat_type":"chat","conversation":"carol","up_to":"not-a-number"}"#)
             device.send(#"{"op":"read","chat_type":"chat","conversation":""}"#)
             let errors = try await device.frames.wait { frames in frames.filter { if case .error = $0 { true } else { false } }.count >= 2 }
-            #expect(errors.compactMap { if case .error(_, let code, _) = $0 { code } else { nil } } == ["illegal_argument", "illegal_argument"])
+            #expect(
+                errors.compactMap { if case .error(_, let code, _) = $0 { code } else { nil } } == ["illegal_argument", "illegal_argument"])
             #expect(try await beacon.rest("GET", "/users/bob/push/badge").json["data"]?["badge"]?.intValue == 5)
             await device.close()
             // Bad REST input gets a stable code.

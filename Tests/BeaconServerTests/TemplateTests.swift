@@ -13,15 +13,19 @@ import Testing
             _ = try await beacon.bind("bob", token: Self.token)
 
             // CRUD and validation.
-            #expect(try await beacon.rest("POST", "/notification/template", ["name": "bad-name", "title_pattern": "t", "content_pattern": "c"])
-                .json["error"] == "illegal_argument")
+            #expect(
+                try await beacon.rest("POST", "/notification/template", ["name": "bad-name", "title_pattern": "t", "content_pattern": "c"])
+                    .json["error"] == "illegal_argument")
             let created = try await beacon.rest(
-                "POST", "/notification/template", ["name": "greeting", "title_pattern": "{0} says", "content_pattern": "{$fromNickname}: {1}"])
+                "POST", "/notification/template",
+                ["name": "greeting", "title_pattern": "{0} says", "content_pattern": "{$fromNickname}: {1}"])
             #expect(created.json["data"]?["name"] == "greeting")
-            #expect(try await beacon.rest("POST", "/notification/template", ["name": "greeting", "title_pattern": "t", "content_pattern": "c"])
-                .json["error"] == "duplicate_unique_property_exists")
+            #expect(
+                try await beacon.rest("POST", "/notification/template", ["name": "greeting", "title_pattern": "t", "content_pattern": "c"])
+                    .json["error"] == "duplicate_unique_property_exists")
             #expect(try await beacon.rest("GET", "/notification/template/nope").status == 404)
-            _ = try await beacon.rest("POST", "/notification/template", ["name": "quiet", "title_pattern": "Chat", "content_pattern": "{$msg}"])
+            _ = try await beacon.rest(
+                "POST", "/notification/template", ["name": "quiet", "title_pattern": "Chat", "content_pattern": "{$msg}"])
             _ = try await beacon.rest("PUT", "/notification/template/quiet", ["title_pattern": "Beacon", "content_pattern": "{$msg}"])
             #expect(try await beacon.rest("GET", "/notification/template/quiet").json["data"]?["title_pattern"] == "Beacon")
 
@@ -31,14 +35,20 @@ import Testing
             #expect(try await beacon.rest("GET", "/users/bob/notification/template").json["data"]?["templateName"] == "quiet")
             _ = try await beacon.rest("PUT", "/users/bob/notification/language", ["translationLanguage": "ja"])
             #expect(try await beacon.rest("GET", "/users/bob/notification/language").json["data"]?["translationLanguage"] == "ja")
-            #expect(try await beacon.rest("PUT", "/push/nickname", .array((0...50).map { ["username": .string("u\($0)"), "push_nickname": "x"] }))
+            #expect(
+                try await beacon.rest(
+                    "PUT", "/push/nickname", .array((0...50).map { ["username": .string("u\($0)"), "push_nickname": "x"] })
+                )
                 .json["error"] == "illegal_argument")
             _ = try await beacon.rest("PUT", "/push/nickname", [["username": "alice", "push_nickname": "Alice"]])
 
             func send(_ ext: [String: JSONValue]) async throws {
                 _ = try await beacon.rest(
                     "POST", "/messages/users",
-                    ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hello", "translations": ["ja": "こんにちは"]], "ext": .object(ext)])
+                    [
+                        "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hello", "translations": ["ja": "こんにちは"]],
+                        "ext": .object(ext),
+                    ])
             }
             try await send([:])
             try await send(["em_push_template": ["name": "greeting", "title_args": ["Alice"], "content_args": ["", "hi there"]]])
@@ -46,7 +56,9 @@ import Testing
             let alerts = simulator.deliveries(deviceToken: Self.token).map { delivery -> String in
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
-                guard case .object(let root) = delivery.payload, let aps = root["aps"], case .object(let fields) = aps, let alert = fields["alert"] else {
+                guard case .object(let root) = delivery.payload, let aps = root["aps"], case .object(let fields) = aps,
+                    let alert = fields["alert"]
+                else {
                     return ""
                 }
                 return String(decoding: (try? encoder.encode(alert)) ?? Data(), as: UTF8.self)

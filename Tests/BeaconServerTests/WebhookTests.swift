@@ -1,9 +1,9 @@
+import AsyncHTTPClient
 import BeaconCore
 import Crypto
 import Foundation
 import Hummingbird
 import Logging
-import AsyncHTTPClient
 import NIOCore
 import ServiceLifecycle
 import Synchronization
@@ -117,11 +117,18 @@ final class WebhookReceiver: Sendable {
                     // Configuration: validated, app token only, the secret never shown.
                     #expect(try await beacon.rest("GET", "/push/webhook").json["error"] == "webhook_not_found")
                     #expect(try await beacon.rest("DELETE", "/push/webhook").status == 404)
-                    #expect(try await beacon.rest("PUT", "/push/webhook", ["url": "ftp://127.0.0.1/x", "secret": .string(secret)]).json["error"] == "illegal_argument")
-                    #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": "short"]).json["error"] == "illegal_argument")
+                    #expect(
+                        try await beacon.rest("PUT", "/push/webhook", ["url": "ftp://127.0.0.1/x", "secret": .string(secret)]).json["error"]
+                            == "illegal_argument")
+                    #expect(
+                        try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": "short"]).json["error"]
+                            == "illegal_argument")
                     #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url)]).json["error"] == "json_parse")
                     let bob = try await beacon.userToken("bob")
-                    #expect(try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)], token: bob).status == 403)
+                    #expect(
+                        try await beacon.rest(
+                            "PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)], token: bob
+                        ).status == 403)
                     let set = try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)])
                     #expect(set.status == 200)
                     #expect(set.json["data"]?["url"]?.stringValue == receiver.url)
@@ -130,7 +137,8 @@ final class WebhookReceiver: Sendable {
                     #expect(!String(describing: set.json).contains(secret))
 
                     // Pushed to bob, refused for carol (her binding goes), a silent message skipped.
-                    let sent = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
+                    let sent = try await beacon.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob", "carol"], "type": "txt", "body": ["msg": "x"]])
                     let ids = try #require(sent.json["data"])
                     _ = try await beacon.pushOutcomes.attempts(2)
                     let silent = try await beacon.rest(
@@ -150,7 +158,8 @@ final class WebhookReceiver: Sendable {
                     try await receiver.requests.wait(timeout: .seconds(30)) { WebhookReceiver.accepted($0).count >= expected }
                     let accepted = WebhookReceiver.accepted(receiver.requests.items)
                     #expect(accepted.count == expected)
-                    let refusedIDs = Set(receiver.requests.items.filter { $0.status != 200 }.flatMap(\.events).compactMap { $0["id"]?.intValue })
+                    let refusedIDs = Set(
+                        receiver.requests.items.filter { $0.status != 200 }.flatMap(\.events).compactMap { $0["id"]?.intValue })
                     #expect(refusedIDs.isSubset(of: Set(accepted.keys)))
                     let events = accepted.keys.sorted().compactMap { accepted[$0] }
                     let bobSent = try #require(events.first { $0["username"] == "bob" && $0["outcome"] == "sent" })
@@ -194,7 +203,8 @@ final class WebhookReceiver: Sendable {
                     // Removed: nothing more is recorded or sent.
                     let deleted = try await beacon.rest("DELETE", "/push/webhook")
                     #expect(deleted.json["data"]?["url"]?.stringValue == receiver.url)
-                    _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "z"]])
+                    _ = try await beacon.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "z"]])
                     _ = try await beacon.pushOutcomes.attempts(3)
                     // Set again: an event recorded while there was no webhook would be waiting now.
                     _ = try await beacon.rest("PUT", "/push/webhook", ["url": .string(receiver.url), "secret": .string(secret)])
@@ -222,7 +232,8 @@ final class WebhookReceiver: Sendable {
                 try await TestBeacon.run(push: simulator, directory: directory) { beacon in
                     let port = try #require(URL(string: receiver.url)?.port)
                     for url in [
-                        receiver.url, "http://localhost:\(port)/hook", "http://[::1]:\(port)/hook", "http://[::ffff:127.0.0.1]:\(port)/hook",
+                        receiver.url, "http://localhost:\(port)/hook", "http://[::1]:\(port)/hook",
+                        "http://[::ffff:127.0.0.1]:\(port)/hook",
                         "http://0.0.0.0:\(port)/hook", "http://169.254.169.254/latest/meta-data/", "https://10.1.2.3/hook",
                         "http://[fd00::1]/hook",
                     ] {
@@ -235,7 +246,8 @@ final class WebhookReceiver: Sendable {
                     try await beacon.createUsers("alice", "bob")
                     try await beacon.uploadP8()
                     _ = try await beacon.bind("bob", token: phone)
-                    _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
+                    _ = try await beacon.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
                     _ = try await beacon.pushOutcomes.attempts(1)
                     let state = try await Self.webhookState(beacon) { $0?["last_error"] != nil }
                     #expect(state?["url"]?.stringValue == receiver.url)
@@ -300,7 +312,8 @@ final class WebhookReceiver: Sendable {
         }
 
         // `last_error`: categories only, also for what an older server stored.
-        #expect(WebhookFailure(status: 302) == .http3xx && WebhookFailure(status: 404) == .http4xx && WebhookFailure(status: 503) == .http5xx)
+        #expect(
+            WebhookFailure(status: 302) == .http3xx && WebhookFailure(status: 404) == .http4xx && WebhookFailure(status: 503) == .http5xx)
         #expect(WebhookFailure(status: 101) == .invalidResponse)
         #expect(WebhookFailure.shown("HTTP 503") == "http_5xx")
         #expect(WebhookFailure.shown("refused_address") == "refused_address")

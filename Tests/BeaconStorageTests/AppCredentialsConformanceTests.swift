@@ -10,15 +10,19 @@ import Testing
         try await kind.withStore { store in
             let app = try await makeApp(store)
             #expect(app.tokensValidAfter == 0)
-            let other = try await store.createApp(AppKey(org: "acme", name: "other"), clientID: "i2", clientSecretHash: "h2", limits: .default, now: now)
+            let other = try await store.createApp(
+                AppKey(org: "acme", name: "other"), clientID: "i2", clientSecretHash: "h2", limits: .default, now: now)
             for (digest, owner) in [("a1", app.id), ("a2", app.id), ("o1", other.id)] {
-                try await store.createConsoleSession(ConsoleSession(digest: digest, app: owner, createdAt: now, expiresAt: now + 10_000), now: now)
+                try await store.createConsoleSession(
+                    ConsoleSession(digest: digest, app: owner, createdAt: now, expiresAt: now + 10_000), now: now)
             }
 
             let rotated = try #require(try await store.rotateClientSecret(app: app.id, newSecretHash: "new-hash", now: now + 5))
             #expect(rotated.clientSecretHash == "new-hash")
             #expect(rotated.tokensValidAfter == now + 5)
-            #expect(rotated.clientID == app.clientID && rotated.key == app.key && rotated.limits == app.limits && rotated.createdAt == app.createdAt)
+            #expect(
+                rotated.clientID == app.clientID && rotated.key == app.key && rotated.limits == app.limits
+                    && rotated.createdAt == app.createdAt)
             #expect(try await store.app(id: app.id) == rotated)
             #expect(try await store.app(AppKey(org: "acme", name: "chat")) == rotated)
             #expect(try await store.allApps().first { $0.id == app.id } == rotated)

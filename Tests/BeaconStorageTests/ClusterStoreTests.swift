@@ -18,7 +18,8 @@ private func withNodes(_ count: Int, _ body: @Sendable ([PostgresStore]) async t
 }
 
 private func makeApp(_ store: any BeaconStore) async throws -> AppRecord {
-    let app = try await store.createApp(AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "h", limits: .default, now: now)
+    let app = try await store.createApp(
+        AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "h", limits: .default, now: now)
     _ = try await store.createUsers(
         ["alice", "bob", "carol"].map { NewUser(username: $0, passwordHash: "h") }, app: app.id, now: now)
     return app
@@ -63,12 +64,17 @@ struct ClusterStoreTests {
             let store = stores[0]
             let app = try await makeApp(store)
             let (live, dead) = (try await store.joinCluster(name: "live"), try await store.joinCluster(name: "dead"))
-            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", boundAt: now), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", boundAt: now), app: app.id)
             _ = try await store.append(
-                [NewMessage(message: Message(id: 7, from: "alice", to: "bob", chatType: .chat, type: .txt, body: [:], ext: [:], timestamp: now),
-                    deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id, receipt: nil)
+                [
+                    NewMessage(
+                        message: Message(id: 7, from: "alice", to: "bob", chatType: .chat, type: .txt, body: [:], ext: [:], timestamp: now),
+                        deliveries: [Delivery(username: "bob")], routesPushes: true)
+                ], app: app.id, receipt: nil)
             let job = NewPushJob(
-                username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", topic: "com.example", pushType: .alert, priority: .immediate,
+                username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", topic: "com.example", pushType: .alert,
+                priority: .immediate,
                 expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{}")
             #expect(try await store.recordRoute(PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
             let claimed = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10, node: dead.epoch)
@@ -115,8 +121,9 @@ struct ClusterStoreTests {
             #expect(b.node == nodeB && b.id == 20 && b.openedAt > a.openedAt)
             // A connection opened 10 s ago that registers only now (its node was slow) must not replace b: it learns it lost.
             #expect(try await store.connect(device, node: nodeA, connection: 5, openedAgo: 10_000) == .superseded(by: b))
-            #expect(try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), node: nodeA, connection: 30, openedAgo: 0)
-                == .connected(replacing: nil))
+            #expect(
+                try await store.connect(DeviceKey(app: app.id, username: "bob", deviceID: "pad"), node: nodeA, connection: 30, openedAgo: 0)
+                    == .connected(replacing: nil))
             let current = try await store.connections(of: ["bob", "carol"], app: app.id)
             #expect(current.keys.sorted() == ["bob"])
             #expect(current["bob"]?["phone"] == b)

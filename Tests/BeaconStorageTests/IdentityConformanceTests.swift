@@ -7,7 +7,8 @@ import Testing
 @Suite struct IdentityConformanceTests {
     private static func job(_ username: String) -> NewPushJob {
         NewPushJob(
-            username: username, deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate, expiration: 0,
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
+            expiration: 0,
             collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
     }
 
@@ -21,7 +22,9 @@ import Testing
             _ = try await store.append(
                 [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
                 app: app.id, receipt: nil)
-            #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
+            #expect(
+                try await store.recordRoute(
+                    PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
             let claimed = try #require(try await store.claimPushJobs(now: now, lease: 60_000, limit: 10).first)
             #expect(try await store.bindingHolds(for: claimed))
 
@@ -31,12 +34,15 @@ import Testing
             try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
             #expect(try await !store.bindingHolds(for: claimed))
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)
-            #expect(try await store.recordPushAttempts(
-                [PushAttemptOutcome(jobID: claimed.id, claimToken: claimed.claimToken, status: .sent, httpStatus: 200, reason: nil)], now: now) == 0)
+            #expect(
+                try await store.recordPushAttempts(
+                    [PushAttemptOutcome(jobID: claimed.id, claimToken: claimed.claimToken, status: .sent, httpStatus: 200, reason: nil)],
+                    now: now) == 0)
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)
 
             // An acknowledgement of the old bob's device, flushed late, is not written for the new bob.
-            try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", userID: old.uuid, device: "old-phone", seq: 1)], now: now)
+            try await store.acknowledge(
+                [DeviceCursor(app: app.id, username: "bob", userID: old.uuid, device: "old-phone", seq: 1)], now: now)
             #expect(try await store.devices(of: "bob", app: app.id).isEmpty)
             let new = try #require(try await store.user("bob", app: app.id))
             try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", userID: new.uuid, device: "phone", seq: 0)], now: now)
@@ -60,7 +66,9 @@ import Testing
 
             #expect(try await store.deleteUser("bob", app: app.id, now: now))
             #expect(try await !store.bind(phone, app: app.id, holder: old.uuid))
-            #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
+            #expect(
+                try await store.recordRoute(
+                    PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
             try await makeUsers(store, app, ["bob"])
             #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)
@@ -91,7 +99,8 @@ import Testing
             try await makeUsers(store, app, ["alice", "bob", "carol", "dave"])
             func group(_ id: String, members: [String]) async throws {
                 try await store.createGroup(
-                    GroupRecord(appID: app.id, id: id, name: id, description: "", owner: "alice", maxUsers: 200, createdAt: now), members: members)
+                    GroupRecord(appID: app.id, id: id, name: id, description: "", owner: "alice", maxUsers: 200, createdAt: now),
+                    members: members)
             }
             try await group("team", members: ["dave", "carol"])
             try await group("solo", members: [])

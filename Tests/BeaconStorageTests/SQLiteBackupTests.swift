@@ -1,9 +1,10 @@
 import BeaconCore
-@testable import BeaconSQLite
 import BeaconStorage
 import Foundation
 import GRDB
 import Testing
+
+@testable import BeaconSQLite
 
 /// `beacon backup`: an online copy of the embedded database that opens as a store with everything in it.
 @Suite struct SQLiteBackupTests {
@@ -13,11 +14,15 @@ import Testing
         let store = try SQLiteStore(directory: directory.appendingPathComponent("live").path)
         let app = try await makeApp(store)
         try await makeUsers(store, app, ["alice", "bob"])
-        for id in UInt64(1)...20 { _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")]) }
+        for id in UInt64(1)...20 {
+            _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+        }
         let target = directory.appendingPathComponent("copy.sqlite").path
         // Writes go on while the copy is taken: it holds one consistent snapshot (at least the 20 before it).
         async let writes: Void = {
-            for id in UInt64(21)...60 { _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")]) }
+            for id in UInt64(21)...60 {
+                _ = try await store.append(text(id, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+            }
         }()
         try await SQLiteStore.backup(database: store.path, to: target)
         try await writes
@@ -39,7 +44,9 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let missing = directory.appendingPathComponent("nothing.sqlite").path
-        await #expect(throws: BeaconError.self) { try await SQLiteStore.backup(database: missing, to: directory.appendingPathComponent("a").path) }
+        await #expect(throws: BeaconError.self) {
+            try await SQLiteStore.backup(database: missing, to: directory.appendingPathComponent("a").path)
+        }
         #expect(!FileManager.default.fileExists(atPath: missing))
         #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("a").path))
 
@@ -57,7 +64,9 @@ import Testing
 
         let notBeacon = directory.appendingPathComponent("other.sqlite").path
         try await DatabaseQueue(path: notBeacon).write { db in try db.execute(sql: "CREATE TABLE t (x)") }
-        await #expect(throws: BeaconError.self) { try await SQLiteStore.backup(database: notBeacon, to: directory.appendingPathComponent("b").path) }
+        await #expect(throws: BeaconError.self) {
+            try await SQLiteStore.backup(database: notBeacon, to: directory.appendingPathComponent("b").path)
+        }
     }
 }
 
@@ -71,7 +80,8 @@ import Testing
         let app = try await makeApp(store)
         try await makeUsers(store, app, ["alice", "bob"])
         _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
-        _ = try await store.markRead("bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: nil, readingDevice: nil, now: now)
+        _ = try await store.markRead(
+            "bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: nil, readingDevice: nil, now: now)
         try await store.setWebhook(WebhookConfig(url: "http://127.0.0.1:9/", sealedSecret: [1], enabled: true), app: app.id, now: now)
         try await store.bind(PushBinding(username: "bob", deviceID: "d", notifier: "ios", deviceToken: "t", boundAt: 1), app: app.id)
         #expect(try await store.removeBinding(deviceToken: "t", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now))
@@ -98,10 +108,12 @@ import Testing
         try await makeUsers(store, app, ["alice", "bob"])
         try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
         _ = try await store.append(
-            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+            app: app.id,
             receipt: nil)
         let job = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate, expiration: 0,
+            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
+            expiration: 0,
             collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#)
         #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
         try await store.savePushConfig(
@@ -147,15 +159,18 @@ import Testing
         try await makeUsers(store, app, ["alice", "bob"])
         try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
         _ = try await store.append(
-            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+            app: app.id,
             receipt: nil)
         let apnsID = UUID()
         let job = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .considerate, expiration: 0,
+            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .considerate,
+            expiration: 0,
             collapseID: nil, apnsID: apnsID, payload: #"{"aps":{"alert":"x"}}"#)
         #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
         let stored = try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10)
-        #expect(stored.map(\.job.pushType) == [.alert] && stored.map(\.job.priority) == [.considerate] && stored.map(\.job.apnsID) == [apnsID])
+        #expect(
+            stored.map(\.job.pushType) == [.alert] && stored.map(\.job.priority) == [.considerate] && stored.map(\.job.apnsID) == [apnsID])
         let queue = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
         try await queue.write { db in try db.execute(sql: damage) }
         try queue.close()

@@ -19,17 +19,29 @@ import Testing
             let queue = try DatabaseQueue(path: path)
             try SQLiteStore.migrator.migrate(queue, upTo: "v7-hardening")
             try await queue.write { db in
-                try db.execute(sql: "INSERT INTO apps (id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at) VALUES (1, 'acme', 'chat', 'id', 'h', 500, 200, 604800, 0)")
-                try db.execute(sql: "INSERT INTO users (app_id, username, uuid, password_hash, created_at, modified_at, inbox_seq, badge) VALUES (1, 'bob', 'u', 'h', 0, 0, 5, 7), (1, 'alice', 'v', 'h', 0, 0, 0, 0)")
-                for (id, sender, recipient, type) in [(1, "alice", "bob", "txt"), (2, "alice", "bob", "txt"), (3, "alice", "bob", "txt"), (4, "alice", "bob", "cmd"), (5, "bob", "alice", "txt")] {
+                try db.execute(
+                    sql:
+                        "INSERT INTO apps (id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at) VALUES (1, 'acme', 'chat', 'id', 'h', 500, 200, 604800, 0)"
+                )
+                try db.execute(
+                    sql:
+                        "INSERT INTO users (app_id, username, uuid, password_hash, created_at, modified_at, inbox_seq, badge) VALUES (1, 'bob', 'u', 'h', 0, 0, 5, 7), (1, 'alice', 'v', 'h', 0, 0, 0, 0)"
+                )
+                for (id, sender, recipient, type) in [
+                    (1, "alice", "bob", "txt"), (2, "alice", "bob", "txt"), (3, "alice", "bob", "txt"), (4, "alice", "bob", "cmd"),
+                    (5, "bob", "alice", "txt"),
+                ] {
                     try db.execute(
-                        sql: "INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp) VALUES (1, ?, ?, ?, 'chat', ?, '{}', '{}', 0)",
+                        sql:
+                            "INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp) VALUES (1, ?, ?, ?, 'chat', ?, '{}', '{}', 0)",
                         arguments: [id, sender, recipient, type])
                     try db.execute(
-                        sql: "INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, created_at) VALUES (1, 'bob', ?, ?, 'chat:alice', 'chat', 0)",
+                        sql:
+                            "INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, created_at) VALUES (1, 'bob', ?, ?, 'chat:alice', 'chat', 0)",
                         arguments: [id, id])
                 }
-                try db.execute(sql: "INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (1, 'bob', 'd', 2, 0)")
+                try db.execute(
+                    sql: "INSERT INTO device_cursors (app_id, username, device_id, acked_seq, updated_at) VALUES (1, 'bob', 'd', 2, 0)")
             }
         }
         let store = try SQLiteStore(path: path)

@@ -1,11 +1,12 @@
 import BeaconCore
-@testable import BeaconPostgres
 import BeaconSQLite
 import Foundation
 import GRDB
 import Logging
 import PostgresNIO
 import Testing
+
+@testable import BeaconPostgres
 
 /// One table as an engine declares it: columns (a portable kind, and whether NULL is refused), primary key, unique keys
 /// and foreign keys.
@@ -84,14 +85,19 @@ struct SchemaConformanceTests {
                     if position > 0 { keyed.append((position, name)) }
                 }
                 shape.primaryKey = keyed.sorted { $0.0 < $1.0 }.map(\.1)
-                for index in try Row.fetchAll(db, sql: "SELECT name, origin FROM pragma_index_list(?) WHERE \"unique\" = 1", arguments: [table]) {
+                for index in try Row.fetchAll(
+                    db, sql: "SELECT name, origin FROM pragma_index_list(?) WHERE \"unique\" = 1", arguments: [table])
+                {
                     guard (index["origin"] as String) != "pk" else { continue }
                     shape.uniqueKeys.insert(
-                        try String.fetchAll(db, sql: "SELECT name FROM pragma_index_info(?) ORDER BY seqno", arguments: [index["name"] as String]))
+                        try String.fetchAll(
+                            db, sql: "SELECT name FROM pragma_index_info(?) ORDER BY seqno", arguments: [index["name"] as String]))
                 }
                 var foreign: [Int: [String]] = [:]
                 var referenced: [Int: String] = [:]
-                for key in try Row.fetchAll(db, sql: "SELECT id, \"table\", \"from\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", arguments: [table]) {
+                for key in try Row.fetchAll(
+                    db, sql: "SELECT id, \"table\", \"from\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", arguments: [table])
+                {
                     foreign[key["id"], default: []].append(key["from"])
                     referenced[key["id"]] = key["table"]
                 }
@@ -121,7 +127,11 @@ struct SchemaConformanceTests {
                 WHERE table_schema = \(schema)
                 """)
             for try await (table, column, type, nullable) in columns.decode((String, String, String, String).self) {
-                let kind = ["bigint": "integer", "integer": "integer", "smallint": "integer", "boolean": "integer", "text": "text", "bytea": "bytes"][type] ?? type
+                let kind =
+                    [
+                        "bigint": "integer", "integer": "integer", "smallint": "integer", "boolean": "integer", "text": "text",
+                        "bytea": "bytes",
+                    ][type] ?? type
                 tables[table, default: TableShape()].columns[column] = .init(kind: kind, notNull: nullable == "NO")
             }
             // Keys, their columns in key order: constraints, and unique indexes that are not constraints.

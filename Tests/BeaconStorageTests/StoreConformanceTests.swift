@@ -43,7 +43,9 @@ let now: Int64 = 1_800_000_000_000
 /// The same apns-id for a device name every time (tests compare what is reported with what was stored).
 func fixedAPNsID(_ device: String) -> UUID {
     let number = device.utf8.reduce(UInt64(0)) { ($0 &* 31) &+ UInt64($1) } & 0xFFFF_FFFF_FFFF
-    return UUID(uuidString: "00000000-0000-4000-8000-" + String(String(number, radix: 16).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0))
+    return UUID(
+        uuidString: "00000000-0000-4000-8000-"
+            + String(String(number, radix: 16).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0))
         ?? UUID()
 }
 
@@ -135,7 +137,9 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             for id in UInt64(1)...5 {
                 let entries = try await store.append(
                     text(id, from: "alice", to: "bob"), app: app.id,
-                    deliveries: [Delivery(username: "bob"), Delivery(username: "alice", originDevice: "phone"), Delivery(username: "ghost")])
+                    deliveries: [
+                        Delivery(username: "bob"), Delivery(username: "alice", originDevice: "phone"), Delivery(username: "ghost"),
+                    ])
                 #expect(entries.map(\.seq) == [Int64(id), Int64(id)])
                 #expect(entries.map(\.username) == ["bob", "alice"])
             }
@@ -166,7 +170,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                             // Overlapping groups: six of the ten members, starting at the sender's position, in random order.
                             let recipients = (0..<6).map { members[(sender + $0) % 10] }.shuffled()
                             let message = Message(
-                                id: id, from: "u\(sender)", to: "g\(sender % 3)", chatType: .groupchat, type: .txt, body: ["msg": "x"], ext: [:],
+                                id: id, from: "u\(sender)", to: "g\(sender % 3)", chatType: .groupchat, type: .txt, body: ["msg": "x"],
+                                ext: [:],
                                 timestamp: now)
                             _ = try await store.append(
                                 [NewMessage(message: message, deliveries: recipients.map { Delivery(username: $0) }, routesPushes: true)],
@@ -196,7 +201,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                 [NewMessage(message: text(probe, from: "u0", to: "u1"), deliveries: [], routesPushes: true)], app: app.id, receipt: nil)
             let jobs = members.map { member in
                 NewPushJob(
-                    username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: .alert, priority: .immediate,
+                    username: member, deviceID: "d", notifier: "n", deviceToken: "t-\(member)", topic: "t", pushType: .alert,
+                    priority: .immediate,
                     expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
             }
             #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id))
@@ -227,13 +233,19 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "d1", seq: 1)], now: now + 5)
             #expect(try await store.cursor(of: "bob", device: "d1", app: app.id) == 3)
             try await store.acknowledge(
-                [DeviceCursor(app: app.id, username: "bob", device: "d2", seq: 99), DeviceCursor(app: app.id, username: "ghost", device: "d", seq: 1)],
+                [
+                    DeviceCursor(app: app.id, username: "bob", device: "d2", seq: 99),
+                    DeviceCursor(app: app.id, username: "ghost", device: "d", seq: 1),
+                ],
                 now: now + 9)
             #expect(try await store.cursor(of: "bob", device: "d2", app: app.id) == 4)
             // Seen: the last write's time, even one that did not move the cursor.
             #expect(
                 try await store.devices(of: "bob", app: app.id)
-                    == [SeenDevice(deviceID: "d1", lastSeen: now + 5, acknowledgedSeq: 3), SeenDevice(deviceID: "d2", lastSeen: now + 9, acknowledgedSeq: 4)])
+                    == [
+                        SeenDevice(deviceID: "d1", lastSeen: now + 5, acknowledgedSeq: 3),
+                        SeenDevice(deviceID: "d2", lastSeen: now + 9, acknowledgedSeq: 4),
+                    ])
             #expect(try await store.devices(of: "alice", app: app.id).isEmpty)
             #expect(try await store.offlineCount(of: "bob", app: app.id) == 0)
             #expect(try await store.offlineStatus(of: 2, for: "bob", app: app.id) == .delivered)
@@ -276,7 +288,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             try await store.createGroup(
-                GroupRecord(appID: app.id, id: "g1", name: "G", description: "", owner: "alice", maxUsers: 10, createdAt: now), members: ["bob"])
+                GroupRecord(appID: app.id, id: "g1", name: "G", description: "", owner: "alice", maxUsers: 10, createdAt: now),
+                members: ["bob"])
             _ = try await store.append(text(1, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
             #expect(try await store.deleteUser("bob", app: app.id, now: now))
             #expect(try await !store.deleteUser("bob", app: app.id, now: now))
@@ -292,7 +305,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             let names = (0..<2000).map { "u\($0)" }
             try await makeUsers(store, app, names)
             let entries = try await store.append(
-                text(1, from: "u0", to: "g", chatType: .groupchat), app: app.id, deliveries: names.dropFirst().map { Delivery(username: $0) })
+                text(1, from: "u0", to: "g", chatType: .groupchat), app: app.id,
+                deliveries: names.dropFirst().map { Delivery(username: $0) })
             #expect(entries.count == 1999)
             #expect(Set(entries.map(\.seq)) == [1])
         }
@@ -321,13 +335,18 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
         try await kind.withStore { store in
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
-            try await store.bind(PushBinding(username: "alice", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-            try await store.bind(PushBinding(username: "alice", deviceID: "d1", notifier: "voip", deviceToken: "aa", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "alice", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "alice", deviceID: "d1", notifier: "voip", deviceToken: "aa", boundAt: 1), app: app.id)
             try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
             #expect(try await store.bindings(of: "alice", app: app.id).isEmpty)
             #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["aa"])
             // Found by its token: the current owner's device only.
-            #expect(try await store.bindings(holding: "aa", app: app.id).map { "\($0.username)/\($0.deviceID)/\($0.notifier)" } == ["bob/d9/ios"])
+            #expect(
+                try await store.bindings(holding: "aa", app: app.id).map { "\($0.username)/\($0.deviceID)/\($0.notifier)" } == [
+                    "bob/d9/ios"
+                ])
             #expect(try await store.bindings(holding: "zz", app: app.id).isEmpty)
             // 410 with a timestamp before the binding: kept; after: removed.
             #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1, now: 5))
@@ -344,7 +363,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
     /// A job for `username`'s device `d1` through `ios`, pushed (badge spliced in) or skipped with `skip`.
     private static func job(_ username: String, token: String = "aa", skip: String? = nil, pushType: PushType = .alert) -> NewPushJob {
         NewPushJob(
-            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: .immediate, expiration: 0,
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: .immediate,
+            expiration: 0,
             collapseID: nil, apnsID: UUID(), payload: skip == nil ? #"{"aps":{"alert":"x"}}"# : "", badgeOffset: skip == nil ? 19 : nil,
             skipReason: skip)
     }
@@ -352,7 +372,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
     /// Stores message `id` for bob with a pending route, and records `jobs` as its decision.
     private static func route(_ store: any BeaconStore, _ app: AppRecord, id: UInt64, jobs: [NewPushJob]) async throws -> Bool {
         _ = try await store.append(
-            [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+            [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+            app: app.id,
             receipt: nil)
         return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id)
     }
@@ -369,18 +390,29 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(claimed.map(\.job.payload) == [#"{"aps":{"alert":"x","badge":1}}"#, #"{"aps":{"alert":"x","badge":2}}"#])
             #expect(claimed.map(\.attempts) == [1, 1])
             #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 10).isEmpty)  // leased
-            #expect(try await store.recordPushAttempts(
-                [PushAttemptOutcome(jobID: claimed[0].id, claimToken: claimed[0].claimToken, status: .sent, httpStatus: 200, reason: nil)], now: now + 20) == 1)
+            #expect(
+                try await store.recordPushAttempts(
+                    [
+                        PushAttemptOutcome(
+                            jobID: claimed[0].id, claimToken: claimed[0].claimToken, status: .sent, httpStatus: 200, reason: nil)
+                    ], now: now + 20) == 1)
             // The unrecorded one comes back when its lease runs out (a crashed worker) ...
             let again = try await store.claimPushJobs(now: now + 1001, lease: 1000, limit: 10)
             #expect(again.map(\.id) == [claimed[1].id])
             #expect(again[0].attempts == 2)
             // ... and the first claim can no longer complete it.
-            #expect(try await store.recordPushAttempts(
-                [PushAttemptOutcome(jobID: claimed[1].id, claimToken: claimed[1].claimToken, status: .sent, httpStatus: 200, reason: nil)], now: now + 1001) == 0)
+            #expect(
+                try await store.recordPushAttempts(
+                    [
+                        PushAttemptOutcome(
+                            jobID: claimed[1].id, claimToken: claimed[1].claimToken, status: .sent, httpStatus: 200, reason: nil)
+                    ], now: now + 1001) == 0)
             try await store.recordPushAttempts(
-                [PushAttemptOutcome(
-                    jobID: again[0].id, claimToken: again[0].claimToken, status: .pending, httpStatus: 503, reason: "Shutdown", nextAttemptAt: now + 5000)],
+                [
+                    PushAttemptOutcome(
+                        jobID: again[0].id, claimToken: again[0].claimToken, status: .pending, httpStatus: 503, reason: "Shutdown",
+                        nextAttemptAt: now + 5000)
+                ],
                 now: now + 1002)
             #expect(try await store.nextPushJobDue() == now + 5000)
             #expect(try await store.claimPushJobs(now: now + 4999, lease: 1000, limit: 10).isEmpty)
@@ -388,7 +420,9 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(records.map(\.status) == [.pending, .sent])
             #expect(records[0].history.map(\.reason) == ["Shutdown"])
             // Filtered on the server: status, reason, time of the last change, all together.
-            func ids(_ filter: PushJobFilter) async throws -> [Int64] { try await store.pushJobs(app: app.id, matching: filter, limit: 10).map(\.id) }
+            func ids(_ filter: PushJobFilter) async throws -> [Int64] {
+                try await store.pushJobs(app: app.id, matching: filter, limit: 10).map(\.id)
+            }
             #expect(try await ids(PushJobFilter(status: .sent)) == [records[1].id])
             #expect(try await ids(PushJobFilter(username: "bob", status: .pending, reason: "Shutdown")) == [records[0].id])
             #expect(try await ids(PushJobFilter(status: .sent, reason: "Shutdown")).isEmpty)
@@ -416,9 +450,12 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             try await store.releasePushClaims()
             #expect(try await store.claimPushJobs(now: now + 5001, lease: 1000, limit: 10).count == 1)
             // The badge is the unread count when the job is recorded: read up to message 2, message 3 makes it 1.
-            _ = try await store.markRead("bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 2, readingDevice: nil, now: now)
+            _ = try await store.markRead(
+                "bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 2, readingDevice: nil, now: now)
             #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob")]))
-            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload == #"{"aps":{"alert":"x","badge":1}}"#)
+            #expect(
+                try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload
+                    == #"{"aps":{"alert":"x","badge":1}}"#)
         }
     }
 
@@ -428,7 +465,11 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             _ = try await store.append(
-                [NewMessage(message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob"), Delivery(username: "alice")], routesPushes: true)],
+                [
+                    NewMessage(
+                        message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob"), Delivery(username: "alice")],
+                        routesPushes: true)
+                ],
                 app: app.id, receipt: nil)
             // Not routed yet (a crash): found by the sweep, with its recipients (not the sender).
             #expect(try await store.pendingRoutes(before: now, limit: 10).isEmpty)
@@ -448,19 +489,24 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
         try await kind.withStore { store in
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob", "carol"])
-            try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 1), app: app.id)
             #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
             #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", token: "vv", pushType: .voip)]))
             // The phone changes hands: carol binds its token.
-            try await store.bind(PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
+            try await store.bind(
+                PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
             #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
             #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
             let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
             #expect(records.map(\.status) == [.skipped, .skipped])
             #expect(records.map(\.lastReason) == ["binding_changed", "binding_changed"])
             // A VoIP token moved to another user leaves the alert binding.
-            try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "bb", voipToken: "vv", boundAt: 3), app: app.id)
-            try await store.bind(PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 4), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "bb", voipToken: "vv", boundAt: 3), app: app.id)
+            try await store.bind(
+                PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 4), app: app.id
+            )
             #expect(try await store.bindings(of: "bob", app: app.id).map(\.voipToken) == [nil])
             #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["bb"])
             // Deleting a user cancels their pending jobs.
@@ -494,7 +540,8 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             // A message read (on any device, or through REST) is not decided again either.
             #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob", skip: "online")]))
             #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).map(\.message.id) == [3])
-            _ = try await store.markRead("bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 3, readingDevice: nil, now: now)
+            _ = try await store.markRead(
+                "bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 3, readingDevice: nil, now: now)
             #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
         }
     }
@@ -510,10 +557,14 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                     NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
                     NewMessage(message: text(2, from: "alice", to: "carol"), deliveries: [Delivery(username: "carol")]),
                 ], app: app.id, receipt: receipt)
-            guard case .stored(let entries) = first else { Issue.record("expected stored"); return }
+            guard case .stored(let entries) = first else {
+                Issue.record("expected stored")
+                return
+            }
             #expect(entries.map(\.username) == ["bob", "carol"])
             let retry = try await store.append(
-                [NewMessage(message: text(3, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+                [NewMessage(message: text(3, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id,
+                receipt: receipt)
             #expect(retry == .repeated(["bob": 1, "carol": 2]))
             #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).map(\.message.id) == [1])
             // Another scope's reference is another send.
@@ -541,12 +592,15 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             let receipt = SendReceipt(scope: "rest:app", reference: "r1", now: now)
-            _ = try await store.append([NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+            _ = try await store.append(
+                [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id,
+                receipt: receipt)
             try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "old", seq: 1)], now: now)
             _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
             #expect(try await store.cursor(of: "bob", device: "old", app: app.id) == 0)
             let again = try await store.append(
-                [NewMessage(message: text(2, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id, receipt: receipt)
+                [NewMessage(message: text(2, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")])], app: app.id,
+                receipt: receipt)
             #expect(again != .repeated(["bob": 1]))
         }
     }

@@ -1,5 +1,4 @@
 import BeaconCore
-@testable import BeaconPostgres
 import BeaconSQLite
 import BeaconStorage
 import Foundation
@@ -7,18 +6,23 @@ import GRDB
 import PostgresNIO
 import Testing
 
+@testable import BeaconPostgres
+
 /// The push-result webhook's outbox, on every store kind: what records an event, claims, backoff, fencing, bounds.
 @Suite struct WebhookConformanceTests {
     private static let config = WebhookConfig(url: "http://127.0.0.1:9/hook", sealedSecret: [1, 2, 3], enabled: true)
 
     private static func job(_ device: String, skip: String? = nil) -> NewPushJob {
         NewPushJob(
-            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: .alert, priority: .immediate,
+            username: "bob", deviceID: device, notifier: "ios", deviceToken: "t-\(device)", topic: "t", pushType: .alert,
+            priority: .immediate,
             expiration: 0, collapseID: nil, apnsID: fixedAPNsID(device), payload: #"{"aps":{"alert":"x"}}"#, skipReason: skip)
     }
 
     /// Stores message `id` from alice to bob and records its decisions.
-    private static func route(_ store: any BeaconStore, _ app: AppRecord, _ id: UInt64, _ jobs: [NewPushJob], at time: Int64 = now) async throws {
+    private static func route(_ store: any BeaconStore, _ app: AppRecord, _ id: UInt64, _ jobs: [NewPushJob], at time: Int64 = now)
+        async throws
+    {
         _ = try await store.append(
             [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
             app: app.id, receipt: nil)
@@ -36,19 +40,25 @@ import Testing
             #expect(try await store.webhookOutboxStats().pending == 0)
 
             #expect(try await store.setWebhook(Self.config, app: app.id, now: now) == nil)
-            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
             // A skip is recorded as it is stored; a pushed job when APNs answered for good, not while it is retried.
             try await Self.route(store, app, 2, [Self.job("phone"), Self.job("pad", skip: "dnd")], at: now + 1)
             #expect(try await store.webhook(app: app.id)?.pendingEvents == 1)
             let claimed = try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 10)
             #expect(claimed.count == 1)
             try await store.recordPushAttempts(
-                claimed.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .pending, httpStatus: 500, reason: "InternalServerError", nextAttemptAt: now + 2) },
+                claimed.map {
+                    PushAttemptOutcome(
+                        jobID: $0.id, claimToken: $0.claimToken, status: .pending, httpStatus: 500, reason: "InternalServerError",
+                        nextAttemptAt: now + 2)
+                },
                 now: now + 2)
             #expect(try await store.webhook(app: app.id)?.pendingEvents == 1)
             let again = try await store.claimPushJobs(now: now + 3, lease: 1000, limit: 10)
             try await store.recordPushAttempts(
-                again.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) }, now: now + 4)
+                again.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) },
+                now: now + 4)
             #expect(try await store.webhookOutboxStats() == WebhookOutboxStats(pending: 2, oldest: now + 1, dropped: 0))
 
             // One batch per app at a time.
@@ -59,7 +69,9 @@ import Testing
             #expect(batch.events.map(\.reason) == ["dnd", nil])
             #expect(batch.events.map(\.deviceID) == ["pad", "phone"])
             #expect(batch.events.map(\.messageID) == [2, 2])
-            #expect(batch.events[1].apnsStatus == 200 && batch.events[1].apnsID == StoredForm.text(of: fixedAPNsID("phone")) && batch.events[1].attempts == 2)
+            #expect(
+                batch.events[1].apnsStatus == 200 && batch.events[1].apnsID == StoredForm.text(of: fixedAPNsID("phone"))
+                    && batch.events[1].attempts == 2)
             #expect(batch.events[0].id < batch.events[1].id)
             #expect(try await store.claimWebhookBatch(now: now + 5, lease: 60_000, limit: 10) == nil)
 
@@ -96,14 +108,18 @@ import Testing
             try await store.bind(
                 PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", voipToken: "v-phone", boundAt: 1),
                 app: app.id)
-            #expect(try await store.removeBinding(deviceToken: "v-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 7))
-            #expect(try await store.removeBinding(deviceToken: "t-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 8))
-            #expect(try await !store.removeBinding(deviceToken: "t-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 9))
+            #expect(
+                try await store.removeBinding(deviceToken: "v-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 7))
+            #expect(
+                try await store.removeBinding(deviceToken: "t-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 8))
+            #expect(
+                try await !store.removeBinding(deviceToken: "t-phone", notifier: "ios", app: app.id, unlessBoundSince: nil, now: now + 9))
             let batch = try #require(try await store.claimWebhookBatch(now: now + 10, lease: 60_000, limit: 10))
             #expect(batch.events.map(\.kind) == [.bindingRemoved, .bindingRemoved])
             #expect(batch.events.map(\.reason) == ["voip_token", "token"])
             #expect(batch.events.map(\.at) == [now + 7, now + 8])
-            #expect(batch.events.allSatisfy { $0.username == "bob" && $0.deviceID == "phone" && $0.notifier == "ios" && $0.messageID == nil })
+            #expect(
+                batch.events.allSatisfy { $0.username == "bob" && $0.deviceID == "phone" && $0.notifier == "ios" && $0.messageID == nil })
 
             // Setting the webhook again starts its state afresh and fences out a batch claimed before.
             let disabled = WebhookConfig(url: "https://example.com/hook", sealedSecret: [9], enabled: false)
@@ -131,13 +147,15 @@ import Testing
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             try await store.setWebhook(Self.config, app: app.id, now: now)
-            try await store.bind(PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "phone", notifier: "ios", deviceToken: "t-phone", boundAt: 1), app: app.id)
             try await Self.route(store, app, 1, [Self.job("phone")])
             #expect(try await store.webhook(app: app.id)?.pendingEvents == 0)
             let (deleted, deletedSink) = AsyncStream.makeStream(of: Void.self)
             try await postgres.client.withTransaction(logger: postgres.logger) { connection in
                 // The job's outcome, recorded by the trigger inside this open transaction.
-                try await connection.query("UPDATE push_jobs SET status = 'failed', updated_at = \(now + 1) WHERE app_id = \(app.id)", logger: postgres.logger)
+                try await connection.query(
+                    "UPDATE push_jobs SET status = 'failed', updated_at = \(now + 1) WHERE app_id = \(app.id)", logger: postgres.logger)
                 Task {
                     try await store.setWebhook(nil, app: app.id, now: now + 2)
                     deletedSink.finish()
@@ -183,7 +201,8 @@ import Testing
             _ = try await store.enforceRetention(app, now: now)
             let state = try #require(try await store.webhook(app: app.id))
             #expect(state.pendingEvents == WebhookOutbox.maxEventsPerApp && state.droppedEvents == 5)
-            #expect(try await store.webhookOutboxStats() == WebhookOutboxStats(pending: WebhookOutbox.maxEventsPerApp, oldest: 6, dropped: 5))
+            #expect(
+                try await store.webhookOutboxStats() == WebhookOutboxStats(pending: WebhookOutbox.maxEventsPerApp, oldest: 6, dropped: 5))
         }
     }
 }

@@ -3,9 +3,9 @@ import Subprocess
 import Synchronization
 
 #if canImport(System)
-import System
+    import System
 #else
-import SystemPackage
+    import SystemPackage
 #endif
 
 // Children are started with swift-subprocess, not Foundation's `Process`: on Linux `Process.run()` reads past the end of a

@@ -55,7 +55,9 @@ struct ActivityRoutes: AppRouteCollection {
         let app = try context.requireApp()
         let now = api.clock()
         func window(_ activity: AppActivity, since: Int64) -> Window {
-            Window(since: since, messages: activity.messages, pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })
+            Window(
+                since: since, messages: activity.messages,
+                pushes: activity.pushes.map { Outcome(status: $0.status, reason: $0.reason, count: $0.count) })
         }
         let (dayStart, hourStart) = (now - 24 * Self.hour, now - Self.hour)
         let day = try await api.store.activity(app: app.id, since: dayStart)
@@ -65,7 +67,8 @@ struct ActivityRoutes: AppRouteCollection {
             return ExpiringCertificate(name: config.name, expiresAt: expiresAt)
         }
         let stats = Stats(
-            users: day.users, devicesOnline: try await switchboard.connectedDeviceCount(app: app.id), lastHour: window(hour, since: hourStart),
+            users: day.users, devicesOnline: try await switchboard.connectedDeviceCount(app: app.id),
+            lastHour: window(hour, since: hourStart),
             lastDay: window(day, since: dayStart), expiringCertificates: expiring)
         return api.respond(request, app: app, action: "get", data: stats)
     }

@@ -28,8 +28,12 @@ struct Console {
     func register(on router: Router<BeaconRequestContext>, table: RouteTable) {
         // Hummingbird matches `/console` and `/console/` alike; the page names its script and style sheet absolutely.
         table.add(.get, "/console", on: router) { _, _ in Self.asset(PackageResources.index_html, type: "text/html; charset=utf-8") }
-        table.add(.get, "/console/console.js", on: router) { _, _ in Self.asset(PackageResources.console_js, type: "text/javascript; charset=utf-8") }
-        table.add(.get, "/console/console.css", on: router) { _, _ in Self.asset(PackageResources.console_css, type: "text/css; charset=utf-8") }
+        table.add(.get, "/console/console.js", on: router) { _, _ in
+            Self.asset(PackageResources.console_js, type: "text/javascript; charset=utf-8")
+        }
+        table.add(.get, "/console/console.css", on: router) { _, _ in
+            Self.asset(PackageResources.console_css, type: "text/css; charset=utf-8")
+        }
         table.add(.post, "/console/session", on: router, signIn)
         table.add(.get, "/console/session", on: router, currentSession)
         table.add(.delete, "/console/session", on: router, signOut)
@@ -41,7 +45,8 @@ struct Console {
             status: .ok,
             headers: [
                 .contentType: type, .cacheControl: "no-cache", .xContentTypeOptions: "nosniff", referrerPolicy: "no-referrer",
-                .contentSecurityPolicy: "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+                .contentSecurityPolicy:
+                    "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
             ],
             body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
@@ -96,7 +101,8 @@ struct Console {
         }
         // The session this browser had before ends: one browser, one session.
         if let previous { _ = try await api.store.deleteConsoleSession(digest: Self.digest(of: previous)) }
-        var response = Self.private(SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+        var response = Self.private(
+            SessionView(org: key.org, app: key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
         response.setCookie(Self.cookie(id, secure: api.origin(of: request, context: context).isHTTPS, maxAge: Int(Self.lifetime / 1000)))
         return response
     }
@@ -104,7 +110,8 @@ struct Console {
     @Sendable func currentSession(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (id, session) = try await requireSession(request)
         guard let app = try await api.store.app(id: session.app) else { throw BeaconError(.unauthorized, "not signed in") }
-        return Self.private(SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
+        return Self.private(
+            SessionView(org: app.key.org, app: app.key.name, csrfToken: Self.csrfToken(for: id), expiresAt: session.expiresAt))
     }
 
     /// A session's answer: it holds the CSRF token, so no cache keeps it.

@@ -114,7 +114,9 @@ struct GroupRoutes: AppRouteCollection {
         guard let group = try await store.group(id, app: app.id) else { throw BeaconError(.groupNotFound, "group \(id) does not exist") }
         if case .user(let name) = caller {
             guard request.method == .delete else { throw BeaconError(.forbidden, "only the app adds members to a group") }
-            guard name == group.owner || name == username else { throw BeaconError(.forbidden, "only the group owner may remove its members") }
+            guard name == group.owner || name == username else {
+                throw BeaconError(.forbidden, "only the group owner may remove its members")
+            }
         }
         return (app, group, username)
     }

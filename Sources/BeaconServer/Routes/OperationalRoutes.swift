@@ -25,7 +25,9 @@ struct OperationalRoutes {
                 body: .init(byteBuffer: ByteBuffer(string: await metrics.render(store: store, now: clock()))))
         }
         table.add(.get, "/openapi.json", on: router) { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_json)))
+            Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_json)))
         }
     }
 

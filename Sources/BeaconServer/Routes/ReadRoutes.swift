@@ -27,8 +27,10 @@ struct ReadRoutes: AppRouteCollection {
         let found = try await store.conversations(of: user.username, app: app.id, limit: limit)
         let views = found.map { summary in
             ConversationInfo(
-                chatType: summary.conversation.chatType, conversation: summary.conversation.key, unread: summary.unread, muted: summary.muted,
-                readUpTo: summary.read.map { String($0.upTo) }, readSeq: summary.read?.seq ?? 0, lastMessageID: String(summary.lastMessageID),
+                chatType: summary.conversation.chatType, conversation: summary.conversation.key, unread: summary.unread,
+                muted: summary.muted,
+                readUpTo: summary.read.map { String($0.upTo) }, readSeq: summary.read?.seq ?? 0,
+                lastMessageID: String(summary.lastMessageID),
                 lastTimestamp: summary.lastTimestamp)
         }
         return api.respond(request, app: app, action: "get", entities: views, count: views.count)

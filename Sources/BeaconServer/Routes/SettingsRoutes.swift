@@ -91,13 +91,17 @@ struct SettingsRoutes: AppRouteCollection {
     @Sendable func put(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (app, user) = try await api.pathUser(context)
         let scope = try await scope(
-            chattype: try context.parameters.require("chattype"), key: try context.parameters.require("key"), username: user.username, app: app)
+            chattype: try context.parameters.require("chattype"), key: try context.parameters.require("key"), username: user.username,
+            app: app)
         let body = try await api.body(SettingsRequest.self, from: request)
         let now = api.clock()
-        var record = try await store.pushSettings(of: user.username, scopes: [scope], app: app.id)[scope]
+        var record =
+            try await store.pushSettings(of: user.username, scopes: [scope], app: app.id)[scope]
             ?? PushSettingsRecord(username: user.username, scope: scope)
         if let type = body.type {
-            guard let remind = RemindType(rawValue: type) else { throw BeaconError.illegal("type must be DEFAULT, ALL, AT or NONE, got '\(type)'") }
+            guard let remind = RemindType(rawValue: type) else {
+                throw BeaconError.illegal("type must be DEFAULT, ALL, AT or NONE, got '\(type)'")
+            }
             if remind == .default {
                 guard !scope.isEmpty else { throw BeaconError.illegal("DEFAULT is for conversations; the app level is ALL, AT or NONE") }
                 record.remindType = nil
@@ -106,7 +110,9 @@ struct SettingsRoutes: AppRouteCollection {
             }
         }
         if let interval = body.ignoreInterval {
-            guard scope.isEmpty else { throw BeaconError.illegal("ignoreInterval is set at the app level only (chattype user, key = the user)") }
+            guard scope.isEmpty else {
+                throw BeaconError.illegal("ignoreInterval is set at the app level only (chattype user, key = the user)")
+            }
             record.quietHours = interval.isEmpty ? nil : try DailyQuietHours.parse(interval)?.description
         }
         if let duration = body.ignoreDuration {
@@ -119,7 +125,8 @@ struct SettingsRoutes: AppRouteCollection {
     @Sendable func get(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (app, user) = try await api.pathUser(context)
         let scope = try await scope(
-            chattype: try context.parameters.require("chattype"), key: try context.parameters.require("key"), username: user.username, app: app)
+            chattype: try context.parameters.require("chattype"), key: try context.parameters.require("key"), username: user.username,
+            app: app)
         let record = try await store.pushSettings(of: user.username, scopes: [scope], app: app.id)[scope]
         return api.respond(request, app: app, action: "get", data: view(record, now: api.clock()))
     }
@@ -165,9 +172,12 @@ struct SettingsRoutes: AppRouteCollection {
         }
         if let strings = body.displayStrings {
             if let unknown = strings.keys.sorted().first(where: { !DisplayStrings.keys.contains($0) }) {
-                throw BeaconError.illegal("unknown display string '\(unknown)'; known: \(DisplayStrings.keys.sorted().joined(separator: ", "))")
+                throw BeaconError.illegal(
+                    "unknown display string '\(unknown)'; known: \(DisplayStrings.keys.sorted().joined(separator: ", "))")
             }
-            guard strings.values.allSatisfy({ $0.count <= 200 }) else { throw BeaconError.illegal("display strings are at most 200 characters") }
+            guard strings.values.allSatisfy({ $0.count <= 200 }) else {
+                throw BeaconError.illegal("display strings are at most 200 characters")
+            }
             // Merged into the stored ones; an empty string removes that override (back to the default).
             for (key, value) in strings { policy.displayStrings[key] = value.isEmpty ? nil : value }
         }

@@ -57,7 +57,8 @@ struct TemplateRoutes: AppRouteCollection {
         guard let name = body.name, Self.validName(name) else { throw BeaconError.illegal("template name must be 1-64 of [A-Za-z0-9]") }
         try body.validatePatterns()
         let now = api.clock()
-        let record = PushTemplateRecord(name: name, titlePattern: body.titlePattern, contentPattern: body.contentPattern, createdAt: now, updatedAt: now)
+        let record = PushTemplateRecord(
+            name: name, titlePattern: body.titlePattern, contentPattern: body.contentPattern, createdAt: now, updatedAt: now)
         _ = try await store.saveTemplate(record, app: app.id, replace: false)
         return api.respond(request, app: app, action: "post", data: view(record))
     }
@@ -127,7 +128,8 @@ struct TemplateRoutes: AppRouteCollection {
         guard language.utf8.count <= 32, language.allSatisfy({ $0.isLetter || $0 == "-" || $0 == "_" }) else {
             throw BeaconError.illegal("translationLanguage must be a language code such as en, ja or zh-Hans")
         }
-        try await store.setPushPreferences(of: user.username, app: app.id, language: .some(language.isEmpty ? nil : language), template: .none)
+        try await store.setPushPreferences(
+            of: user.username, app: app.id, language: .some(language.isEmpty ? nil : language), template: .none)
         return api.respond(request, app: app, action: "put", data: LanguageBody(translationLanguage: language))
     }
 
@@ -159,7 +161,8 @@ struct TemplateRoutes: AppRouteCollection {
             throw BeaconError(.userNotFound, "user \(missing.username) does not exist")
         }
         for entry in entries {
-            _ = try await store.updateUser(entry.username, app: app.id, changes: UserChanges(nickname: entry.pushNickname), now: api.clock())
+            _ = try await store.updateUser(
+                entry.username, app: app.id, changes: UserChanges(nickname: entry.pushNickname), now: api.clock())
         }
         return api.respond(request, app: app, action: "put", data: entries)
     }

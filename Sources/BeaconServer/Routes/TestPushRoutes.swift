@@ -59,15 +59,16 @@ struct TestPushRoutes: AppRouteCollection {
             throw BeaconError.illegal("title and content are at most \(Self.maxTextBytes) bytes (UTF-8)")
         }
         let (username, bindings) = try await recipient(of: body, app: app)
-        let payload = JSONWriter.string(.object([
-            "aps": .object([
-                "alert": .object([
-                    "title": .string(body.title ?? "Beacon test push"), "body": .string(body.content ?? "If you see this, push works."),
+        let payload = JSONWriter.string(
+            .object([
+                "aps": .object([
+                    "alert": .object([
+                        "title": .string(body.title ?? "Beacon test push"), "body": .string(body.content ?? "If you see this, push works."),
+                    ]),
+                    "sound": .string("default"),
                 ]),
-                "sound": .string("default"),
-            ]),
-            "beacon": .object(["test": .bool(true)]),
-        ]))
+                "beacon": .object(["test": .bool(true)]),
+            ]))
         let (id, now) = messages.nextID()
         var jobs: [NewPushJob] = []
         for binding in bindings {
@@ -96,7 +97,9 @@ struct TestPushRoutes: AppRouteCollection {
             guard try await api.store.user(username, app: app.id) != nil else {
                 throw BeaconError(.userNotFound, "user \(username) does not exist")
             }
-            let bindings = try await api.store.bindings(of: username, app: app.id).filter { body.deviceID == nil || $0.deviceID == body.deviceID }
+            let bindings = try await api.store.bindings(of: username, app: app.id).filter {
+                body.deviceID == nil || $0.deviceID == body.deviceID
+            }
             guard !bindings.isEmpty else {
                 throw BeaconError(.resourceNotFound, "\(username) has no bound device\(body.deviceID.map { " \($0)" } ?? "") to push to")
             }
@@ -106,7 +109,9 @@ struct TestPushRoutes: AppRouteCollection {
             guard token.utf8.count <= 256, APNsDeviceToken.isWellFormed(token) else {
                 throw BeaconError.illegal("device_token must be the hex form of an APNs device token")
             }
-            let bindings = try await api.store.bindings(holding: token.lowercased(), app: app.id).filter { body.deviceID == nil || $0.deviceID == body.deviceID }
+            let bindings = try await api.store.bindings(holding: token.lowercased(), app: app.id).filter {
+                body.deviceID == nil || $0.deviceID == body.deviceID
+            }
             guard let owner = bindings.first?.username else {
                 throw BeaconError(.resourceNotFound, "no device is bound with this device token")
             }

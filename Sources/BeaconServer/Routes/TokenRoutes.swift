@@ -33,20 +33,24 @@ struct TokenRoutes: AppRouteCollection {
             // Never before the rotation that made this secret the current one (a node whose clock is behind the CLI's).
             let issuedAt = max(now, current.tokensValidAfter)
             let appClaims = TokenClaims(
-                app: app.id, user: nil, uid: nil, iat: issuedAt, exp: now + Int64(appLifetime) * 1000, sec: TokenClaims.secretTag(of: current))
+                app: app.id, user: nil, uid: nil, iat: issuedAt, exp: now + Int64(appLifetime) * 1000,
+                sec: TokenClaims.secretTag(of: current))
             return API.json(
-                TokenResponse(accessToken: api.tokens.issue(appClaims), expiresIn: appLifetime, application: "\(app.key.org)#\(app.key.name)"))
+                TokenResponse(
+                    accessToken: api.tokens.issue(appClaims), expiresIn: appLifetime, application: "\(app.key.org)#\(app.key.name)"))
         case "password":
             guard let username = body.username, let password = body.password, password.utf8.count <= 1024 else {
                 throw BeaconError(.invalidGrant, "username or password is wrong")
             }
             // A username no user can have is refused here (invalid_grant), before anything is counted or hashed. The address
             // is the client's: a trusted proxy's `X-Forwarded-For`, else the peer's.
-            let attempt = try logins.begin(app: app.id, username: username, address: api.origin(of: request, context: context).address, now: now)
+            let attempt = try logins.begin(
+                app: app.id, username: username, address: api.origin(of: request, context: context).address, now: now)
             var succeeded = false
             defer { logins.end(attempt, now: now, succeeded: succeeded) }
             let user = try await store.user(username, app: app.id)
-            guard try await Credentials.verifyPasswordOffLoop(password, hash: user?.passwordHash, rounds: passwordHashRounds), let user else {
+            guard try await Credentials.verifyPasswordOffLoop(password, hash: user?.passwordHash, rounds: passwordHashRounds), let user
+            else {
                 throw BeaconError(.invalidGrant, "username or password is wrong")
             }
             succeeded = true

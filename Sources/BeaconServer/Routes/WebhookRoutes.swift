@@ -60,7 +60,8 @@ struct WebhookRoutes: AppRouteCollection {
         let app = try context.requireApp()
         guard let box else { throw BeaconError.illegal("push is not enabled on this server (no secret key configured)") }
         let body = try await api.body(Body.self, from: request)
-        guard body.url.utf8.count <= Self.maxURLBytes, let url = URL(string: body.url), ["http", "https"].contains(url.scheme?.lowercased()),
+        guard body.url.utf8.count <= Self.maxURLBytes, let url = URL(string: body.url),
+            ["http", "https"].contains(url.scheme?.lowercased()),
             let host = url.host, !host.isEmpty
         else { throw BeaconError.illegal("url must be an http or https URL of at most \(Self.maxURLBytes) bytes") }
         guard Self.secretBytes.contains(body.secret.utf8.count) else {
@@ -93,5 +94,6 @@ struct WebhookRoutes: AppRouteCollection {
 
     /// The stable message of a URL this server will not POST to (`WebhookTarget`).
     static let refusedTarget = BeaconError.illegal(
-        "url must not lead to a loopback, link-local, private or other internal address (this server refuses them unless its operator sets --webhook-private-targets)")
+        "url must not lead to a loopback, link-local, private or other internal address (this server refuses them unless its operator sets --webhook-private-targets)"
+    )
 }
