@@ -213,7 +213,8 @@ extension PostgresStore {
                 RETURNING \(unescaped: Self.jobColumns)
                 """, logger: logger
             ).collect()
-            return try claimed.map { try Self.pushJob(from: $0.makeRandomAccess()) }.sorted { $0.id < $1.id }
+            // A damaged row (`StoredForm.pushFields`) stays claimed, unsent, until its lease lapses: it holds no other back.
+            return claimed.compactMap { try? Self.pushJob(from: $0.makeRandomAccess()) }.sorted { $0.id < $1.id }
         }
     }
 

@@ -206,17 +206,17 @@ extension SQLiteStore {
                             AND (CASE WHEN push_jobs.push_type = 'voip' THEN b.voip_token ELSE b.device_token END) = push_jobs.device_token)
                     """,
                 arguments: [now, now, now])
-            return try Self.pushJobs(
-                from: Row.fetchAll(
-                    db,
-                    sql: """
-                        UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1, claim_token = ? WHERE id IN (
-                            SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
-                            ORDER BY next_attempt_at, id LIMIT ?)
-                        RETURNING *
-                        """,
-                    arguments: [now + lease, token, now, now, max(limit, 0)])
-            ).sorted { $0.id < $1.id }
+            let claimed = try Row.fetchAll(
+                db,
+                sql: """
+                    UPDATE push_jobs SET claimed_until = ?, attempts = attempts + 1, claim_token = ? WHERE id IN (
+                        SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ?
+                        ORDER BY next_attempt_at, id LIMIT ?)
+                    RETURNING *
+                    """,
+                arguments: [now + lease, token, now, now, max(limit, 0)])
+            // A damaged row (`StoredForm.pushFields`) stays claimed, unsent, until its lease lapses: it holds no other back.
+            return claimed.compactMap { try? Self.pushJobs(from: [$0]).first }.sorted { $0.id < $1.id }
         }
     }
 

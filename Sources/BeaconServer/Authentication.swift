@@ -64,15 +64,21 @@ struct AppResolver: RouterMiddleware {
     }
 }
 
+/// One way a caller proves who it is. The REST routes (`AppRoutes`, through `SchemeAuthenticator`) and the WebSocket
+/// upgrade (`API.identify`) try the same schemes, `API.identitySchemes`, in order: a new scheme is one more entry there.
+protocol IdentityScheme: Sendable {
+    /// The caller's identity in `app`; nil when the request does not use this scheme; throws when it does, and fails.
+    func identity(of request: Request, app: AppRecord) async throws -> RequestIdentity?
+}
+
 /// A bearer token: the `Authorization` header, or the `access_token` query parameter (browsers' WebSockets cannot set
-/// headers). No identity without one; a token that does not hold is refused.
-struct BearerAuthenticator: AuthenticatorMiddleware {
-    typealias Context = BeaconRequestContext
+/// headers). A token that does not hold is refused.
+struct BearerTokenScheme: IdentityScheme {
     let api: API
 
-    func authenticate(request: Request, context: Context) async throws -> RequestIdentity? {
-        guard context.identity == nil, let token = Self.token(in: request) else { return nil }
-        return try await api.identity(ofToken: token, app: try context.app)
+    func identity(of request: Request, app: AppRecord) async throws -> RequestIdentity? {
+        guard let token = Self.token(in: request) else { return nil }
+        return try await api.identity(ofToken: token, app: app)
     }
 
     static func token(in request: Request) -> String? {
@@ -85,13 +91,26 @@ struct BearerAuthenticator: AuthenticatorMiddleware {
 }
 
 /// The web console's session cookie (`Console`), with its CSRF token, as an app caller. Only without a bearer token.
-struct ConsoleSessionAuthenticator: AuthenticatorMiddleware {
-    typealias Context = BeaconRequestContext
+struct ConsoleSessionScheme: IdentityScheme {
     let api: API
 
+    func identity(of request: Request, app: AppRecord) async throws -> RequestIdentity? {
+        guard BearerTokenScheme.token(in: request) == nil else { return nil }
+        return try await api.consoleIdentity(request, app: app)
+    }
+}
+
+/// The REST routes' authenticator: the first of `schemes` that identifies the caller sets the context's `identity`.
+struct SchemeAuthenticator: AuthenticatorMiddleware {
+    typealias Context = BeaconRequestContext
+    let schemes: [any IdentityScheme]
+
     func authenticate(request: Request, context: Context) async throws -> RequestIdentity? {
-        guard context.identity == nil, BearerAuthenticator.token(in: request) == nil else { return nil }
-        return try await api.consoleIdentity(request, app: try context.app)
+        let app = try context.app
+        for scheme in schemes {
+            if let identity = try await scheme.identity(of: request, app: app) { return identity }
+        }
+        return nil
     }
 }
 
@@ -152,11 +171,15 @@ extension API {
         return RequestIdentity(app: app, caller: .app, user: nil)
     }
 
-    /// What the REST routes' authenticators decide, for a request outside them (the WebSocket upgrade): a bearer token,
-    /// else a console session, else `unauthorized`.
+    /// The ways a caller proves who it is, in the order they are tried (`IdentityScheme`).
+    var identitySchemes: [any IdentityScheme] { [BearerTokenScheme(api: self), ConsoleSessionScheme(api: self)] }
+
+    /// What the REST routes' authenticator decides, for a request outside them (the WebSocket upgrade): the first of
+    /// `identitySchemes` that identifies the caller, else `unauthorized`.
     func identify(_ request: Request, app: AppRecord) async throws -> RequestIdentity {
-        if let token = BearerAuthenticator.token(in: request) { return try await identity(ofToken: token, app: app) }
-        if let console = try await consoleIdentity(request, app: app) { return console }
+        for scheme in identitySchemes {
+            if let identity = try await scheme.identity(of: request, app: app) { return identity }
+        }
         throw BeaconError(.unauthorized, "missing bearer token")
     }
 

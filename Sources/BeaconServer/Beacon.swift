@@ -233,12 +233,12 @@ public struct BeaconServer: Sendable {
     /// and the WebSocket upgrade. The OpenAPI contract test compares them with `openapi.json`.
     public func routeDescriptions() -> [String] {
         let routes = RouteTable()
-        _ = makeRouter(routes: routes)
+        _ = buildRouter(routes: routes)
         return (routes.all + [(.get, "/:org/:app/ws")]).map { "\($0.method.rawValue) \($0.path)" }
     }
 
     /// The REST router: operational endpoints, the OpenAPI document and the API, each recorded in `routes` (for 405s).
-    private func makeRouter(routes: RouteTable) -> Router<BeaconRequestContext> {
+    func buildRouter(routes: RouteTable = RouteTable()) -> Router<BeaconRequestContext> {
         let router = Router(context: BeaconRequestContext.self)
         router.add(middleware: RequestLogMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware(metrics: metrics))
@@ -273,7 +273,7 @@ public struct BeaconServer: Sendable {
     private func makeApplication(onRunning: @escaping @Sendable (Int) async -> Void) -> some ApplicationProtocol {
         let routes = RouteTable()
         let refusedUpgrades = RefusedUpgrades()
-        let router = makeRouter(routes: routes)
+        let router = buildRouter(routes: routes)
 
         let webSocketRouter = Router(context: BeaconRequestContext.self)
         // Upgrades are requests too: logged and counted like the REST ones (refused ones with their status).

@@ -75,10 +75,21 @@ struct ErrorMiddleware: RouterMiddleware {
 /// The REST routes as registered, so that a known path asked with another method answers 405 rather than 404.
 final class RouteTable: Sendable {
     private let routes = Mutex<[(method: HTTPRequest.Method, segments: [Substring])]>([])
+    private let access = Mutex<[String: AppRoutes.Access]>([:])
 
     /// Records `path` (with `:parameter` segments) under `method`.
     func add(_ method: HTTPRequest.Method, _ path: String) {
         routes.withLock { $0.append((method, path.split(separator: "/"))) }
+    }
+
+    /// Records who may call `method` on `path` (a route under `/{org}/{app}`).
+    func setAccess(_ access: AppRoutes.Access, _ method: HTTPRequest.Method, _ path: String) {
+        self.access.withLock { $0["\(method.rawValue) \(path)"] = access }
+    }
+
+    /// Who may call `method` on `path`, for a route under `/{org}/{app}`; nil for the others.
+    func access(_ method: HTTPRequest.Method, _ path: String) -> AppRoutes.Access? {
+        access.withLock { $0["\(method.rawValue) \(path)"] }
     }
 
     /// Every route recorded, in order.

@@ -49,6 +49,10 @@ struct SchemaConformanceTests {
         "push_attempts.id",  // SQLite keys these rows by its implicit rowid
     ]
 
+    /// Primary-key columns SQLite accepts NULL in (a primary key that is not a lone INTEGER is nullable unless declared NOT
+    /// NULL; PostgreSQL's never are). Beacon never writes NULL there; declaring it needs the table rebuilt.
+    static let nullableOnlyInSQLite: Set<String> = ["settings.name", "console_sessions.digest"]
+
     @Test func bothEnginesDeclareTheSameTablesColumnsAndKeys() async throws {
         var sqlite = try await Self.sqliteSchema()
         var postgres = try await Self.postgresSchema()
@@ -76,12 +80,17 @@ struct SchemaConformanceTests {
             for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") {
                 var shape = TableShape()
                 var keyed: [(Int, String)] = []
-                for row in try Row.fetchAll(db, sql: "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", arguments: [table]) {
+                let rows = try Row.fetchAll(db, sql: "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", arguments: [table])
+                let keyColumns = rows.filter { ($0["pk"] as Int) > 0 }
+                for row in rows {
                     let name: String = row["name"]
                     let type: String = row["type"]
                     let kind = ["INTEGER": "integer", "TEXT": "text", "BLOB": "bytes"][type.uppercased()] ?? type
                     let position: Int = row["pk"]
-                    shape.columns[name] = .init(kind: kind, notNull: row["notnull"] == 1 || position > 0)
+                    // A lone INTEGER PRIMARY KEY is the rowid: never NULL, declared or not.
+                    let isRowID = position > 0 && keyColumns.count == 1 && kind == "integer"
+                    let notNull = row["notnull"] == 1 || isRowID || Self.nullableOnlyInSQLite.contains("\(table).\(name)")
+                    shape.columns[name] = .init(kind: kind, notNull: notNull)
                     if position > 0 { keyed.append((position, name)) }
                 }
                 shape.primaryKey = keyed.sorted { $0.0 < $1.0 }.map(\.1)

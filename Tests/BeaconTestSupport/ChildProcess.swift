@@ -27,7 +27,9 @@ public func runToExit(
         group.addTask {
             let result = try await Subprocess.run(
                 .path(FilePath(executable.path)), arguments: Arguments(arguments),
-                workingDirectory: directory.map { FilePath($0.path) }, output: .bytes(limit: 64 << 20), error: .discarded)
+                workingDirectory: directory.map { FilePath($0.path) }, output: .bytes(limit: 64 << 20),
+                // Its complaints reach the test log, as a failing command's should.
+                error: .fileDescriptor(.standardError, closeAfterSpawningProcess: false))
             return ChildProcessResult(status: result.terminationStatus.code, output: Data(result.standardOutput))
         }
         group.addTask {
@@ -75,10 +77,13 @@ public final class ChildProcess: Sendable {
                             for await signal in signals { try? execution.send(signal: Signal(rawValue: signal)) }
                         }
                         do {
-                            for try await line in execution.standardOutput.strings() { lineSink.yield(line) }
+                            for try await line in execution.standardOutput.strings(bufferingPolicy: .unbounded) { lineSink.yield(line) }
                         } catch {
+                            // A program whose output cannot be read can be neither watched nor signalled later: it ends.
                             lineSink.yield("(output unreadable: \(error))")
+                            try? execution.send(signal: .kill)
                         }
+                        // The output ended: the program is ending (a signal asked for from now on is not sent).
                         group.cancelAll()
                     }
                 }

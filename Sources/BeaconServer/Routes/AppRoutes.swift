@@ -5,8 +5,8 @@ import Hummingbird
 /// `beacon routes`.
 ///
 /// Every request under `/{org}/{app}` has its app found first (`AppResolver`); then, unless the route is open to anyone,
-/// its caller is authenticated (`BearerAuthenticator`, `ConsoleSessionAuthenticator`; `RequireCaller` refuses a request
-/// none of them identified) and, for `.app` routes, must act as the app (`RequireAppCaller`). Handlers read what was
+/// its caller is authenticated (`SchemeAuthenticator` tries `API.identitySchemes`; `RequireCaller` refuses a request none
+/// of them identified) and, for `.app` routes, must act as the app (`RequireAppCaller`). Handlers read what was
 /// found from their context (`context.app`, `context.caller`, `context.requireSelfOrApp(_:)`, `API.pathUser(_:)`).
 struct AppRoutes {
     /// Who may call a route.
@@ -30,8 +30,7 @@ struct AppRoutes {
         self.table = table
         open = router.group("/:org/:app").add(middleware: AppResolver(api: api))
         authenticated = open.group()
-            .add(middleware: BearerAuthenticator(api: api))
-            .add(middleware: ConsoleSessionAuthenticator(api: api))
+            .add(middleware: SchemeAuthenticator(schemes: api.identitySchemes))
             .add(middleware: RequireCaller())
         appOnly = authenticated.group().add(middleware: RequireAppCaller())
     }
@@ -48,6 +47,7 @@ struct AppRoutes {
             case .app: appOnly
             }
         table.add(method, Self.prefix + path, on: group, relativePath: path, handler)
+        table.setAccess(access, method, Self.prefix + path)
     }
 }
 

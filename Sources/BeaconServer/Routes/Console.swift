@@ -10,7 +10,7 @@ import Hummingbird
 ///
 /// Signing in with the app's client credentials (what `POST /{org}/{app}/token` takes) opens a session: a random id in an
 /// `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind a trusted TLS proxy), of which the store keeps only a digest. The REST
-/// API takes that cookie as it takes an app token (`ConsoleSessionAuthenticator`), with no other rights; every request made with it must
+/// API takes that cookie as it takes an app token (`ConsoleSessionScheme`), with no other rights; every request made with it must
 /// also carry the session's CSRF token in `X-CSRF-Token`. Sessions end after `lifetime`, at sign-out, when the app's client secret is rotated
 /// (`CredentialRoutes`, `beacon app rotate-secret`) or at `beacon rotate-key`.
 struct Console {

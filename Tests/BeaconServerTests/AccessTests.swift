@@ -1,0 +1,57 @@
+import BeaconCore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import BeaconServer
+
+/// Every route under `/{org}/{app}` against the access it was registered with, through the router in process (no socket):
+/// a route cannot be added without a rule, and no rule is forgotten by a handler.
+@Suite struct AccessTests {
+    /// The path of `route` with its parameters filled in: the app `acme/chat`, `username` for `:username`, `x` elsewhere.
+    static func concrete(_ path: String, username: String) -> String {
+        path.split(separator: "/").map { segment in
+            switch segment {
+            case ":org": "acme"
+            case ":app": "chat"
+            case ":username": username
+            case let parameter where parameter.hasPrefix(":"): "x"
+            default: String(segment)
+            }
+        }.reduce("") { $0 + "/" + $1 }
+    }
+
+    @Test func everyRouteRefusesCallersWithoutTheAccessItStates() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice", "bob")
+            let alice = try await beacon.userToken("alice")
+            let table = RouteTable()
+            let app = Application(router: beacon.server.buildRouter(routes: table))
+            let routes = table.all.compactMap { route in table.access(route.method, route.path).map { (route.method, route.path, $0) } }
+            #expect(routes.count > 50)  // every REST route of the app is registered with a rule
+            #expect(routes.filter { $0.2 == .anyone }.map(\.1) == ["/:org/:app/token"])
+            try await app.test(.router) { client in
+                for (method, path, access) in routes {
+                    let uri = Self.concrete(path, username: "bob")
+                    let anonymous = try await client.execute(uri: uri, method: method)
+                    if access == .anyone {
+                        #expect(anonymous.status != .unauthorized, "\(method) \(path)")
+                    } else {
+                        #expect(anonymous.status == .unauthorized, "\(method) \(path) without a token: \(anonymous.status)")
+                    }
+                    let asAlice = try await client.execute(uri: uri, method: method, headers: [.authorization: "Bearer \(alice)"])
+                    if access == .app {
+                        #expect(asAlice.status == .forbidden, "\(method) \(path) with a user token: \(asAlice.status)")
+                    } else if path.hasPrefix("/:org/:app/users/:username") {
+                        // Alice acting on bob.
+                        #expect(asAlice.status == .forbidden, "\(method) \(path) as another user: \(asAlice.status)")
+                    }
+                    let asApp = try await client.execute(uri: uri, method: method, headers: [.authorization: "Bearer \(beacon.appToken)"])
+                    #expect(![.unauthorized, .forbidden].contains(asApp.status), "\(method) \(path) with the app token: \(asApp.status)")
+                }
+            }
+        }
+    }
+}
