@@ -99,7 +99,7 @@ let package = Package(
             // The push-result webhook's sender (HTTP/1.1 or 2, TLS, pooled connections, timeouts).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ], resources: [
-            // The REST API's OpenAPI 3.1 contract, served at GET /openapi.json (kept true by tests/contract).
+            // The REST API's OpenAPI 3.1 contract, served at GET /openapi.json (kept true by e2e/contract).
             .embedInCode("openapi.json"),
             // The web console's page, script and style sheet, served under /console/ (no CDN, no build step).
             .embedInCode("Console/index.html"),

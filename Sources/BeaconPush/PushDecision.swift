@@ -68,6 +68,13 @@ public struct PushContext: Sendable {
 
 /// SPEC §3: should each bound device of a recipient be pushed? Pure; the order of checks is the spec's.
 public enum PushDecision {
+    /// Whether `message` may push anyone at all (SPEC §3, step 1): not an online-only message, not a command. The one
+    /// rule for it: a sender stores no pending route for a message that may not (`MessageService`), the router decides
+    /// nothing for it, and `decide` gives its reason.
+    public static func mayPush(_ message: Message) -> Bool {
+        !message.onlineOnly && message.type != .cmd
+    }
+
     /// The outcome for every bound device (or one `no_binding` outcome when there is none), in device order.
     public static func decide(_ context: PushContext) -> [(device: BoundDevice?, skip: SkipReason?)] {
         let message = context.message

@@ -44,8 +44,6 @@ public struct BeaconConfiguration: Sendable {
     public var sendLimits = SendLimits()
     /// The most members a group created with a user token may have (its `maxusers` at most; Easemob's default).
     public var userGroupMaxUsers = 200
-    /// Points where tests hold or fail the server, to drive races deterministically. Empty in production.
-    public var hooks = BeaconHooks()
     /// Push-result webhooks may lead to loopback, link-local, private and other internal addresses
     /// (`--webhook-private-targets`): for tests and receivers on the operator's own network. Off, such targets are refused
     /// when the webhook is set and before every delivery (`last_error` `refused_address`).
@@ -114,13 +112,17 @@ public struct BeaconServer: Sendable {
     let api: API
     let logins = LoginThrottle()
     let logger: Logger
+    /// Where tests hold or fail this server (none in production).
+    let hooks: BeaconHooks
 
+    /// A server on `store`. `hooks` are for tests only: points where they hold or fail the server to drive races.
     public init(
-        store: any BeaconStore, configuration: BeaconConfiguration, logger: Logger
+        store: any BeaconStore, configuration: BeaconConfiguration, logger: Logger, hooks: BeaconHooks = BeaconHooks()
     ) async throws {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        self.hooks = hooks
         // Token-signing key: derived from the secret key, so it is never stored and every node with the key agrees.
         // Without a secret key (push off), tokens are signed with a key that lives as long as the process.
         let tokenKey = configuration.secretBox?.derivedKey(for: "token signing") ?? SymmetricKey(size: .bits256)
@@ -134,7 +136,7 @@ public struct BeaconServer: Sendable {
             idSlot = node.slot
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
-                beforePresenceRemoval: configuration.hooks.beforePresenceRemoval)
+                beforePresenceRemoval: hooks.beforePresenceRemoval)
         }
         let switchboard = Switchboard(local: registry, link: link)
         self.switchboard = switchboard
@@ -154,7 +156,7 @@ public struct BeaconServer: Sendable {
         let pushRouter = pushWorker.map { worker in
             PushRouter(
                 store: store, presence: switchboard, clock: configuration.clock, logger: logger,
-                afterPresence: configuration.hooks.afterPresence,
+                afterPresence: hooks.afterPresence,
                 metrics: metrics, jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
@@ -291,7 +293,7 @@ public struct BeaconServer: Sendable {
             let session = DeviceSession(
                 app: app, user: user, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
                 switchboard: switchboard, cursors: cursors,
-                outboxLimit: configuration.outboxLimit, afterRegistered: configuration.hooks.afterDeviceRegistered,
+                outboxLimit: configuration.outboxLimit, afterRegistered: hooks.afterDeviceRegistered,
                 reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
             try await session.run(inbound: inbound, outbound: outbound)
         }

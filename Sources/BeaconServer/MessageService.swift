@@ -149,13 +149,13 @@ final class MessageService: Sendable {
             }
             return messages.map { SentMessage(target: $0.0.to, id: $0.0.id, timestamp: $0.0.timestamp) }
         }
-        let routes = router != nil && outgoing.type != .cmd
         let new = messages.map { message, recipients in
             var deliveries = recipients.map { Delivery(username: $0) }
             if outgoing.copyToSender && !recipients.contains(outgoing.from) {
                 deliveries.append(Delivery(username: outgoing.from, originDevice: outgoing.originDevice))
             }
-            return NewMessage(message: message, deliveries: deliveries, routesPushes: routes && !recipients.isEmpty)
+            let routesPushes = router != nil && PushDecision.mayPush(message) && !recipients.isEmpty
+            return NewMessage(message: message, deliveries: deliveries, routesPushes: routesPushes)
         }
         switch try await store.append(new, app: app.id, receipt: receipt) {
         case .repeated(let earlier):
@@ -164,7 +164,7 @@ final class MessageService: Sendable {
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             await switchboard.deliver(entries, app: app.id)
             if let router {
-                for (message, recipients) in messages where routes && !recipients.isEmpty {
+                for (message, recipients) in messages where PushDecision.mayPush(message) && !recipients.isEmpty {
                     do {
                         try await router.route(message, recipients: recipients.filter { $0 != message.from }, app: app)
                     } catch {

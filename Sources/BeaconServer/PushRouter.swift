@@ -187,7 +187,7 @@ final class PushRouter: Service, Sendable {
     private func decide(_ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?) async throws
         -> Decided
     {
-        guard !message.onlineOnly, message.type != .cmd, !recipients.isEmpty else { return Decided(app: app.id) }
+        guard PushDecision.mayPush(message), !recipients.isEmpty else { return Decided(app: app.id) }
         let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         guard !configs.isEmpty else { return Decided(app: app.id) }
         let context = try await RoutingContext.load(message: message, recipients: recipients, app: app, store: store)

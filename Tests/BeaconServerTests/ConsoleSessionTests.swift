@@ -8,7 +8,7 @@ import Testing
 #endif
 
 /// Console sessions from outside: the cookie's attributes, sign-in refusals that stop another site, expiry, one app per
-/// session, planted cookies. (The browser flows are in tests/console.)
+/// session, planted cookies. (The browser flows are in e2e/console.)
 @Suite struct ConsoleSessionTests {
     private typealias Answer = CookielessHTTP.Answer
 

@@ -133,7 +133,6 @@ struct TestBeacon: Sendable {
         // machine; no server test relies on its timer (the conformance suite calls it directly).
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, retentionInterval: .seconds(3600), passwordHashRounds: 1000)
         if let clock { configuration.clock = { clock.now } }
-        configuration.hooks = hooks
         configuration.webhookPrivateTargets = webhookPrivateTargets
         configuration.sendLimits = sendLimits
         configuration.trustedProxies = trustedProxies
@@ -155,7 +154,7 @@ struct TestBeacon: Sendable {
                 }
             }
         }
-        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
+        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger, hooks: hooks)
         // As `beacon serve --apns-simulator` does: the simulator trusts configurations stored earlier.
         try await server.announceStoredPushConfigurations()
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)

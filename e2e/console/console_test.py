@@ -11,7 +11,7 @@ was replaced goes back to the sign-in form, sign-out ends the session, and rotat
 confirmation) shows the new one once and ends the session. It takes screenshots of the main pages as it
 goes: `--screenshots docs/console` refreshes the README's.
 
-Usage: python3 tests/console/console_test.py --beacon .build/debug/beacon [--chromium /usr/bin/chromium] [--screenshots DIR]
+Usage: python3 e2e/console/console_test.py --beacon .build/debug/beacon [--chromium /usr/bin/chromium] [--screenshots DIR]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Contract test: Sources/BeaconServer/openapi.json against a real `beacon` binary.
 
-    python3 tests/contract/openapi_contract.py --beacon .build/debug/beacon
+    python3 e2e/contract/openapi_contract.py --beacon .build/debug/beacon
 
 1. The document is a valid OpenAPI 3.1 document (openapi_spec_validator).
 2. `beacon routes` (one `METHOD /path` line per route) and the document's operations are the same set.
