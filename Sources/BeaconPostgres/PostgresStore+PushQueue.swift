@@ -213,8 +213,28 @@ extension PostgresStore {
                 RETURNING \(unescaped: Self.jobColumns)
                 """, logger: logger
             ).collect()
-            // A damaged row (`StoredForm.pushFields`) stays claimed, unsent, until its lease lapses: it holds no other back.
-            return claimed.compactMap { try? Self.pushJob(from: $0.makeRandomAccess()) }.sorted { $0.id < $1.id }
+            var jobs: [PushJob] = []
+            var damaged: [Int64] = []
+            for row in claimed {
+                let columns = row.makeRandomAccess()
+                do {
+                    jobs.append(try Self.pushJob(from: columns))
+                } catch {
+                    damaged.append(try columns["id"].decode(Int64.self))
+                }
+            }
+            // A row that no longer decodes (`StoredForm.pushFields`) is never sent, and never claimed again: it ends
+            // `failed` (`internal_error`, reported like any outcome) instead of holding the queue or its age.
+            if !damaged.isEmpty {
+                logger.error("push jobs that no longer decode were ended as failed", metadata: ["jobs": "\(damaged)"])
+                try await connection.query(
+                    """
+                    UPDATE push_jobs SET status = 'failed', last_reason = 'internal_error', updated_at = \(now), claimed_until = 0,
+                        claimed_by = 0
+                    WHERE id = ANY(\(damaged))
+                    """, logger: logger)
+            }
+            return jobs.sorted { $0.id < $1.id }
         }
     }
 

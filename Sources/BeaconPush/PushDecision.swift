@@ -78,9 +78,8 @@ public enum PushDecision {
     /// The outcome for every bound device (or one `no_binding` outcome when there is none), in device order.
     public static func decide(_ context: PushContext) -> [(device: BoundDevice?, skip: SkipReason?)] {
         let message = context.message
-        // 1. Never pushed at all.
-        if message.onlineOnly { return outcome(context, .onlineOnly) }
-        if message.type == .cmd { return outcome(context, .command) }
+        // 1. Never pushed at all (`mayPush`), for its reason.
+        if !mayPush(message) { return outcome(context, message.onlineOnly ? .onlineOnly : .command) }
         // 2. Silent beats everything below.
         if message.ext["em_ignore_notification"]?.boolValue == true { return outcome(context, .silent) }
         guard !context.devices.isEmpty else { return [(nil, .noBinding)] }

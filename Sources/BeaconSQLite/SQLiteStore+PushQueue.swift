@@ -215,8 +215,28 @@ extension SQLiteStore {
                     RETURNING *
                     """,
                 arguments: [now + lease, token, now, now, max(limit, 0)])
-            // A damaged row (`StoredForm.pushFields`) stays claimed, unsent, until its lease lapses: it holds no other back.
-            return claimed.compactMap { try? Self.pushJobs(from: [$0]).first }.sorted { $0.id < $1.id }
+            guard let first = claimed.first else { return [] }
+            let columns = Columns(of: first)
+            var jobs: [PushJob] = []
+            var damaged: [Int64] = []
+            for row in claimed {
+                do {
+                    jobs.append(try Self.pushJob(from: row, columns))
+                } catch {
+                    damaged.append(try columns.decode("id", in: row))
+                }
+            }
+            // A row that no longer decodes (`StoredForm.pushFields`) is never sent, and never claimed again: it ends
+            // `failed` (`internal_error`, reported like any outcome) instead of holding the queue or its age.
+            for chunk in Self.chunks(damaged) {
+                try db.execute(
+                    sql: """
+                        UPDATE push_jobs SET status = 'failed', last_reason = 'internal_error', updated_at = ?, claimed_until = 0
+                        WHERE id IN (\(Self.marks(chunk.count)))
+                        """,
+                    arguments: StatementArguments([now] + Array(chunk)))
+            }
+            return jobs.sorted { $0.id < $1.id }
         }
     }
 
@@ -303,22 +323,25 @@ extension SQLiteStore {
     static func pushJobs(from rows: [Row]) throws -> [PushJob] {
         guard let first = rows.first else { return [] }
         let columns = Columns(of: first)
-        return try rows.map { row in
-            func column<Value: DatabaseValueConvertible>(_ name: String) throws -> Value { try columns.decode(name, in: row) }
-            let id: Int64 = try column("id")
-            let typed = try StoredForm.pushFields(
-                job: id, pushType: try column("push_type"), priority: try column("priority"), apnsID: try column("apns_id"),
-                status: try column("status"))
-            return PushJob(
-                id: id, appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
-                job: NewPushJob(
-                    username: try column("username"), deviceID: try column("device_id"), notifier: try column("notifier"),
-                    deviceToken: try column("device_token"), topic: try column("topic"), pushType: typed.pushType,
-                    priority: typed.priority, expiration: try column("expiration"), collapseID: try column("collapse_id"),
-                    apnsID: typed.apnsID, payload: try column("payload")),
-                status: typed.status, attempts: try column("attempts"),
-                lastStatus: try column("last_status"), lastReason: try column("last_reason"), createdAt: try column("created_at"),
-                updatedAt: try column("updated_at"), nextAttemptAt: try column("next_attempt_at"), claimToken: try column("claim_token"))
-        }
+        return try rows.map { try pushJob(from: $0, columns) }
+    }
+
+    /// One job from `row`, whose result's columns are `columns`.
+    static func pushJob(from row: Row, _ columns: Columns) throws -> PushJob {
+        func column<Value: DatabaseValueConvertible>(_ name: String) throws -> Value { try columns.decode(name, in: row) }
+        let id: Int64 = try column("id")
+        let typed = try StoredForm.pushFields(
+            job: id, pushType: try column("push_type"), priority: try column("priority"), apnsID: try column("apns_id"),
+            status: try column("status"))
+        return PushJob(
+            id: id, appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
+            job: NewPushJob(
+                username: try column("username"), deviceID: try column("device_id"), notifier: try column("notifier"),
+                deviceToken: try column("device_token"), topic: try column("topic"), pushType: typed.pushType,
+                priority: typed.priority, expiration: try column("expiration"), collapseID: try column("collapse_id"),
+                apnsID: typed.apnsID, payload: try column("payload")),
+            status: typed.status, attempts: try column("attempts"),
+            lastStatus: try column("last_status"), lastReason: try column("last_reason"), createdAt: try column("created_at"),
+            updatedAt: try column("updated_at"), nextAttemptAt: try column("next_attempt_at"), claimToken: try column("claim_token"))
     }
 }

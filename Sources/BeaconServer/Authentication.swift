@@ -11,7 +11,7 @@ enum Caller: Sendable, Equatable {
     case user(String)
 }
 
-/// What the authenticators found: the caller of an app's route and its rights there.
+/// What `SchemeAuthenticator` found: the caller of an app's route and its rights there.
 struct RequestIdentity: Sendable {
     let app: AppRecord
     let caller: Caller

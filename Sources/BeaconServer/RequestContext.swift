@@ -20,7 +20,7 @@ struct BeaconRequestContext: AuthRequestContext, WebSocketRequestContext, Remote
     let channel: any Channel
     /// The app the path names, set by `AppResolver` (read it as `app`).
     var pathApp: AppRecord?
-    /// The caller, set by the authenticators (read it as `caller`, `requireApp()`, `requireSelfOrApp(_:)`).
+    /// The caller, set by `SchemeAuthenticator` (read it as `caller`, `requireApp()`, `requireSelfOrApp(_:)`).
     var identity: RequestIdentity?
 
     var remoteAddress: SocketAddress? { channel.remoteAddress }

@@ -8,7 +8,9 @@ import Testing
 @testable import BeaconServer
 
 /// Every route under `/{org}/{app}` against the access it was registered with, through the router in process (no socket):
-/// a route cannot be added without a rule, and no rule is forgotten by a handler.
+/// no route is registered without a rule, and the rule holds for callers without a token, with a user token (on the app's
+/// routes, and on another user's `users/:username/…`) and with the app token. (What a user may do on `.caller` routes
+/// outside `users/:username/…` — groups, messages, deliveries — is each handler's, tested with the resource.)
 @Suite struct AccessTests {
     /// The path of `route` with its parameters filled in: the app `acme/chat`, `username` for `:username`, `x` elsewhere.
     static func concrete(_ path: String, username: String) -> String {
@@ -29,8 +31,12 @@ import Testing
             let alice = try await beacon.userToken("alice")
             let table = RouteTable()
             let app = Application(router: beacon.server.buildRouter(routes: table))
-            let routes = table.all.compactMap { route in table.access(route.method, route.path).map { (route.method, route.path, $0) } }
-            #expect(routes.count > 50)  // every REST route of the app is registered with a rule
+            let appRoutes = table.all.filter { $0.path.hasPrefix(AppRoutes.prefix) }
+            // Every route under /{org}/{app} was registered with a rule (through `AppRoutes`).
+            let unruled = appRoutes.filter { table.access($0.method, $0.path) == nil }.map { "\($0.method) \($0.path)" }
+            #expect(unruled.isEmpty, "registered without an access rule: \(unruled)")
+            let routes = appRoutes.compactMap { route in table.access(route.method, route.path).map { (route.method, route.path, $0) } }
+            #expect(routes.count == appRoutes.count && routes.count > 50)
             #expect(routes.filter { $0.2 == .anyone }.map(\.1) == ["/:org/:app/token"])
             try await app.test(.router) { client in
                 for (method, path, access) in routes {

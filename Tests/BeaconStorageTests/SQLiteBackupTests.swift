@@ -136,13 +136,13 @@ import Testing
         await #expect(throws: (any Error).self) { try await store.app(id: app.id) }
         await #expect(throws: (any Error).self) { try await store.allApps() }
         await #expect(throws: (any Error).self) { try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10) }
-        // A damaged job is never handed out, and holds no other back (`pushJobFieldsNoVersionWritesAreErrorsNotDefaults`).
+        // A damaged job is never handed out: the claim ends it `failed` (`pushJobFieldsNoVersionWritesAreErrorsNotDefaults`).
         #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
         await #expect(throws: (any Error).self) { try await store.pushConfig("ios", app: app.id) }
         await #expect(throws: (any Error).self) { try await store.pushConfigs(app: app.id) }
         await #expect(throws: (any Error).self) { try await store.bindings(of: ["bob"], app: app.id) }
         // The queue's counters read no damaged column: they still answer.
-        #expect(try await store.pushQueueStats(now: now).pending == 1)
+        #expect(try await store.pushQueueStats(now: now).pending == 0)
     }
 
     /// A stored push job or message whose fields hold well-typed values that no version of Beacon writes (an unknown push
@@ -187,7 +187,29 @@ import Testing
             app: app.id,
             receipt: nil)
         #expect(try await store.recordRoute(PushRoute(messageID: 2, replacing: .pendingRoute, jobs: [next], now: now + 1), app: app.id))
-        #expect(try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 10).map(\.messageID) == [2])
+        let inspect = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
+        defer { try? inspect.close() }
+        func damagedRow() async throws -> Row? {
+            try await inspect.read { db in
+                try Row.fetchOne(db, sql: "SELECT status, last_reason, claimed_until FROM push_jobs WHERE message_id = 1")
+            }
+        }
+        if damage.contains("status") {
+            // Not pending: never claimed, left as it is.
+            #expect(try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 1).map(\.messageID) == [2])
+            let status: String? = try await damagedRow()?["status"]
+            #expect(status == "lost")
+        } else {
+            // The damaged job comes first (it is older): the claim that meets it ends it `failed`; the next claims the rest.
+            #expect(try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 1).isEmpty)
+            #expect(try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 1).map(\.messageID) == [2])
+            let row = try await damagedRow()
+            let status: String? = row?["status"]
+            let reason: String? = row?["last_reason"]
+            let claimedUntil: Int64? = row?["claimed_until"]
+            #expect(status == "failed" && reason == "internal_error" && claimedUntil == 0)
+        }
+        #expect(try await store.pushQueueStats(now: now + 1).pending == 1)  // job 2, claimed; not the damaged one
     }
 
     @Test func aStoredMessageOfAnUnknownChatTypeIsAnErrorNotAChat() async throws {

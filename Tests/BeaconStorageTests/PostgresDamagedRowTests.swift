@@ -1,0 +1,48 @@
+import BeaconCore
+import BeaconStorage
+import Foundation
+import Logging
+import PostgresNIO
+import Testing
+
+@testable import BeaconPostgres
+
+/// PostgreSQL's side of `SQLiteDamagedRowTests`: a stored push job whose fields hold values no version of Beacon writes
+/// is never sent and never stops the queue — the claim that meets it ends it `failed` (`internal_error`).
+@Suite(.enabled(if: postgresAvailable, "needs BEACON_TEST_POSTGRES_URL"))
+struct PostgresDamagedRowTests {
+    @Test(arguments: [
+        "UPDATE push_jobs SET push_type = 'fax' WHERE message_id = 1", "UPDATE push_jobs SET priority = 7 WHERE message_id = 1",
+        "UPDATE push_jobs SET apns_id = 'not-a-uuid' WHERE message_id = 1",
+    ])
+    func aDamagedJobEndsFailedAndHoldsNoOtherBack(damage: String) async throws {
+        let url = try StoreKind.freshSchemaURL()
+        let (configuration, _) = try PostgresStore.configuration(url: url)
+        try await PostgresStore.withStore(url: url, logger: Logger(label: "test")) { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+            for id: UInt64 in [1, 2] {
+                _ = try await store.append(
+                    [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+                    app: app.id, receipt: nil)
+                let job = NewPushJob(
+                    username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
+                    expiration: 0, collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#)
+                let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: now + Int64(id))
+                #expect(try await store.recordRoute(route, app: app.id))
+            }
+            // The damage, through a connection of its own on the store's schema.
+            let client = PostgresClient(configuration: configuration)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                defer { group.cancelAll() }
+                try await client.query(PostgresQuery(unsafeSQL: damage))
+            }
+            // The damaged job is older: the claim that meets it ends it; the next claims the other.
+            #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 1).isEmpty)
+            #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 1).map(\.messageID) == [2])
+            #expect(try await store.pushQueueStats(now: now + 10).pending == 1)
+        }
+    }
+}
