@@ -47,6 +47,18 @@ public struct BeaconOptions: Sendable {
     /// `org/app`, the path prefix of every REST call.
     var appPath: String { appKey.replacingOccurrences(of: "#", with: "/") }
 
+    /// The app's WebSocket URL for this device (`ws`, or `wss` after an `https` server URL); nil when `serverURL` cannot
+    /// make one.
+    func webSocketURL(readsSince: Int64) -> String? {
+        guard
+            var url = URLComponents(
+                url: serverURL.appendingPathComponent(appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)
+        else { return nil }
+        url.scheme = url.scheme == "https" ? "wss" : "ws"
+        url.queryItems = [URLQueryItem(name: "device_id", value: deviceID), URLQueryItem(name: "reads_since", value: String(readsSince))]
+        return url.string
+    }
+
     /// This installation's device id for `appKey`: made once, then read back from `defaults`.
     public static func installationID(appKey: String, defaults: UserDefaults = .standard) -> String {
         let key = "beacon.deviceID.\(appKey)"
@@ -63,6 +75,8 @@ public enum BeaconClientError: Error, Sendable, Equatable {
     case server(status: Int, code: String, description: String)
     /// Not logged in.
     case notLoggedIn
+    /// `BeaconOptions.serverURL` makes no WebSocket URL.
+    case invalidServerURL
     /// No connection could be made within `BeaconOptions.loginTimeout`.
     case timedOut
     /// The connection dropped before the server answered; the send may or may not have been stored.
@@ -155,6 +169,7 @@ public actor BeaconClient {
     /// server's refusal (401 `unauthorized`) for a bad, expired or revoked token, and `timedOut` when no connection
     /// could be made within `BeaconOptions.loginTimeout`.
     public func login(token: String, username: String) async throws {
+        guard options.webSocketURL(readsSince: 0) != nil else { throw BeaconClientError.invalidServerURL }
         self.token = token
         self.username = username
         do {
@@ -288,18 +303,14 @@ public actor BeaconClient {
     private func connectionLoop() async {
         var delay = options.reconnectDelay
         while !Task.isCancelled, let token {
-            var url = URLComponents(
-                url: options.serverURL.appendingPathComponent(options.appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)!
-            url.scheme = url.scheme == "https" ? "wss" : "ws"
-            url.queryItems = [
-                URLQueryItem(name: "device_id", value: options.deviceID), URLQueryItem(name: "reads_since", value: String(readsVersion)),
-            ]
+            // Checked at login (`invalidServerURL`): the options do not change.
+            guard let url = options.webSocketURL(readsSince: readsVersion) else { return }
             var headers = HTTPFields()
             headers[.authorization] = "Bearer \(token)"
             stopReconnecting = false
             do {
                 try await WebSocketClient.connect(
-                    url: url.string!, configuration: .init(maxFrameSize: 64 * 1024, additionalHeaders: headers), logger: logger
+                    url: url, configuration: .init(maxFrameSize: 64 * 1024, additionalHeaders: headers), logger: logger
                 ) { inbound, outbound, _ in
                     await self.connected(outbound)
                     for try await message in inbound.messages(maxSize: 1 << 20) {

@@ -22,16 +22,7 @@ struct PostgresDamagedRowTests {
             let app = try await makeApp(store)
             try await makeUsers(store, app, ["alice", "bob"])
             try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-            for id: UInt64 in [1, 2] {
-                _ = try await store.append(
-                    [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
-                    app: app.id, receipt: nil)
-                let job = NewPushJob(
-                    username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
-                    expiration: 0, collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#)
-                let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: now + Int64(id))
-                #expect(try await store.recordRoute(route, app: app.id))
-            }
+            for id: UInt64 in [1, 2] { #expect(try await queueOneJob(store, app, id: id, at: now + Int64(id))) }
             // The damage, through a connection of its own on the store's schema.
             let client = PostgresClient(configuration: configuration)
             try await withThrowingTaskGroup(of: Void.self) { group in

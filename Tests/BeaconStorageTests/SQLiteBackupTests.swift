@@ -107,15 +107,7 @@ import Testing
         let app = try await makeApp(store)
         try await makeUsers(store, app, ["alice", "bob"])
         try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-        _ = try await store.append(
-            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
-            app: app.id,
-            receipt: nil)
-        let job = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
-            expiration: 0,
-            collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#)
-        #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
+        #expect(try await queueOneJob(store, app, id: 1, at: now))
         try await store.savePushConfig(
             PushConfigRecord(
                 appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K", teamID: "T",
@@ -159,16 +151,8 @@ import Testing
         let app = try await makeApp(store)
         try await makeUsers(store, app, ["alice", "bob"])
         try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
-        _ = try await store.append(
-            [NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
-            app: app.id,
-            receipt: nil)
         let apnsID = UUID()
-        let job = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .considerate,
-            expiration: 0,
-            collapseID: nil, apnsID: apnsID, payload: #"{"aps":{"alert":"x"}}"#)
-        #expect(try await store.recordRoute(PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
+        #expect(try await queueOneJob(store, app, id: 1, priority: .considerate, apnsID: apnsID, at: now))
         let stored = try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10)
         #expect(
             stored.map(\.job.pushType) == [.alert] && stored.map(\.job.priority) == [.considerate] && stored.map(\.job.apnsID) == [apnsID])
@@ -178,15 +162,7 @@ import Testing
         await #expect(throws: (any Error).self) { try await store.pushJobs(app: app.id, matching: PushJobFilter(), limit: 10) }
         // A claim never hands the damaged job out, and the jobs queued after it are claimed as ever: one damaged row
         // does not stop the queue.
-        let next = NewPushJob(
-            username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
-            expiration: 0,
-            collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"y"}}"#)
-        _ = try await store.append(
-            [NewMessage(message: text(2, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
-            app: app.id,
-            receipt: nil)
-        #expect(try await store.recordRoute(PushRoute(messageID: 2, replacing: .pendingRoute, jobs: [next], now: now + 1), app: app.id))
+        #expect(try await queueOneJob(store, app, id: 2, at: now + 1))
         let inspect = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
         defer { try? inspect.close() }
         func damagedRow() async throws -> Row? {

@@ -49,6 +49,21 @@ func fixedAPNsID(_ device: String) -> UUID {
         ?? UUID()
 }
 
+/// Stores message `id` from alice to bob with one push job for bob's device `d1` (token `aa`, notifier `ios`), recorded at
+/// `time`; whether the route was recorded.
+func queueOneJob(
+    _ store: any BeaconStore, _ app: AppRecord, id: UInt64, priority: PushPriority = .immediate, apnsID: UUID = UUID(), at time: Int64
+) async throws -> Bool {
+    _ = try await store.append(
+        [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+        receipt: nil)
+    let job = NewPushJob(
+        username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: priority,
+        expiration: 0,
+        collapseID: nil, apnsID: apnsID, payload: #"{"aps":{"alert":"x"}}"#)
+    return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: time), app: app.id)
+}
+
 func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default) async throws -> AppRecord {
     try await store.createApp(AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "hash", limits: limits, now: now)
 }
