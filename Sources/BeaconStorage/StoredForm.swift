@@ -42,10 +42,11 @@ public enum StoredForm {
             throw BeaconError(
                 .internalError, "stored push job \(job) has push type \(pushType), priority \(priority), status \(status): not Beacon's")
         }
-        guard apnsID.isEmpty || UUID(uuidString: apnsID) != nil else {
+        let parsedID = UUID(uuidString: apnsID)
+        guard apnsID.isEmpty || parsedID != nil else {
             throw BeaconError(.internalError, "stored push job \(job) has an apns-id that is not a UUID")
         }
-        return (type, level, apnsID.isEmpty ? nil : UUID(uuidString: apnsID), status)
+        return (type, level, parsedID, status)
     }
 
     /// A receipt's answer (receiver → message id) as JSON text: the first message of each receiver.
