@@ -29,7 +29,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
-        // Tests only: child processes (Foundation's `Process.run()` crashes a process with many descriptors on Linux).
+        // Tests and benchmarks only (BeaconTesting): child processes (Foundation's `Process.run()` crashes a process with many descriptors on Linux).
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
     ],
     targets: [
@@ -106,6 +106,10 @@ let package = Package(
             .embedInCode("Console/console.js"),
             .embedInCode("Console/console.css"),
         ]),
+        // The one place that opens either engine (`DatabaseLocation`): the executable, the tests and the benchmarks.
+        .target(name: "BeaconStores", dependencies: [
+            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", .product(name: "Logging", package: "swift-log"),
+        ]),
         // The Swift client SDK. Independent of the server modules.
         .target(name: "BeaconClient", dependencies: [
             "BeaconCore", "BeaconProtocol",
@@ -114,7 +118,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "beacon", dependencies: [
-            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
+            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconStores", "APNsSimulator", "BeaconAPNs",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Configuration", package: "swift-configuration"),
@@ -124,6 +128,7 @@ let package = Package(
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
             "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
+            "BeaconTesting", "BeaconStores",
             // Only to measure our APNs client against an AsyncHTTPClient-based sender (`beacon-bench apns`).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -134,18 +139,28 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // What several test targets share: running a child program without blocking the cooperative pool.
-        .target(name: "BeaconTestSupport", dependencies: [.product(name: "Subprocess", package: "swift-subprocess")], path: "Tests/BeaconTestSupport"),
+        // What the tests and the benchmarks share (as HummingbirdTesting): a server on either engine, store kinds, a test
+        // clock, the simulator and its trust, a REST client, devices, `beacon` as a child process, bounded waits.
+        .target(name: "BeaconTesting", dependencies: [
+            "BeaconServer", "BeaconClient", "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconSQLite", "BeaconStores",
+            "APNsSimulator", "BeaconAPNs",
+            .product(name: "Subprocess", package: "swift-subprocess"),
+            .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: [
-            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", .product(name: "Logging", package: "swift-log"),
+            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", "BeaconTesting", .product(name: "Logging", package: "swift-log"),
             .product(name: "GRDB", package: "GRDB.swift"),
             // To hold a PostgreSQL transaction open while another runs (race tests).
             .product(name: "PostgresNIO", package: "postgres-nio"),
         ]),
         .testTarget(name: "BeaconAPNsTests", dependencies: [
-            "BeaconAPNs", "APNsSimulator", "BeaconTestSupport",
+            "BeaconAPNs", "APNsSimulator", "BeaconTesting",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -158,7 +173,7 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconServerTests", dependencies: [
             "BeaconServer", "BeaconClient", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
-            "BeaconTestSupport",
+            "BeaconTesting",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "X509", package: "swift-certificates"),
@@ -172,6 +187,10 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
+        ]),
+        // The SDK's own promises, against a real server.
+        .testTarget(name: "BeaconClientTests", dependencies: [
+            "BeaconClient", "BeaconCore", "BeaconServer", "BeaconTesting",
         ]),
     ]
 )

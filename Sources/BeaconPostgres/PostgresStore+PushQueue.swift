@@ -50,7 +50,7 @@ extension PostgresStore {
                             """
                             DELETE FROM push_jobs WHERE app_id = \(app) AND message_id = \(messageID) AND username = \(username)
                                 AND device_id = \(device.deviceID) AND notifier = \(device.notifier)
-                                AND status = 'skipped' AND last_reason = 'online'
+                                AND status = 'skipped' AND last_reason = \(unescaped: StoredJobReason.online.sqlLiteral)
                             RETURNING 1
                             """, logger: logger
                         ).collect().count
@@ -119,7 +119,7 @@ extension PostgresStore {
             JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
             JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
                 AND b.notifier = j.notifier
-            WHERE j.app_id = \(app) AND j.username = \(username) AND j.status = 'skipped' AND j.last_reason = 'online'
+            WHERE j.app_id = \(app) AND j.username = \(username) AND j.status = 'skipped' AND j.last_reason = \(unescaped: StoredJobReason.online.sqlLiteral)
                 AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = \(app) AND username = \(username)), 0)
                 AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
                     AND r.username = i.username AND r.conversation = i.conversation), 0)
@@ -151,7 +151,7 @@ extension PostgresStore {
             JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
             JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
                 AND b.notifier = j.notifier
-            WHERE j.status = 'skipped' AND j.last_reason = 'online'
+            WHERE j.status = 'skipped' AND j.last_reason = \(unescaped: StoredJobReason.online.sqlLiteral)
                 AND i.seq > COALESCE(
                     (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)
                 AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
@@ -195,7 +195,7 @@ extension PostgresStore {
             // Rows another node is claiming are skipped, not waited for.
             try await connection.query(
                 """
-                UPDATE push_jobs SET status = 'skipped', last_reason = 'binding_changed', updated_at = \(now), claimed_until = 0
+                UPDATE push_jobs SET status = 'skipped', last_reason = \(unescaped: StoredJobReason.bindingChanged.sqlLiteral), updated_at = \(now), claimed_until = 0
                 WHERE id IN (
                     SELECT j.id FROM push_jobs j
                     WHERE j.status = 'pending' AND j.next_attempt_at <= \(now) AND j.claimed_until <= \(now) AND NOT EXISTS (
@@ -229,7 +229,7 @@ extension PostgresStore {
                 logger.error("push jobs that no longer decode were ended as failed", metadata: ["jobs": "\(damaged)"])
                 try await connection.query(
                     """
-                    UPDATE push_jobs SET status = 'failed', last_reason = 'internal_error', updated_at = \(now), claimed_until = 0,
+                    UPDATE push_jobs SET status = 'failed', last_reason = \(unescaped: StoredJobReason.internalError.sqlLiteral), updated_at = \(now), claimed_until = 0,
                         claimed_by = 0
                     WHERE id = ANY(\(damaged))
                     """, logger: logger)

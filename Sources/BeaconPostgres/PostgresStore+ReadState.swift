@@ -70,7 +70,7 @@ extension PostgresStore {
                 // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
                 try await connection.query(
                     """
-                    UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = \(now), claimed_until = 0
+                    UPDATE push_jobs SET status = 'skipped', last_reason = \(unescaped: StoredJobReason.read.sqlLiteral), updated_at = \(now), claimed_until = 0
                     WHERE app_id = \(app) AND username = \(username) AND status = 'pending' AND claimed_until <= \(now)
                         AND push_type = 'alert' AND message_id IN (SELECT message_id FROM inbox WHERE app_id = \(app)
                             AND username = \(username) AND conversation = \(target) AND seq > \(previous) AND seq <= \(seq))
@@ -81,7 +81,7 @@ extension PostgresStore {
                         ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                     WHERE i.app_id = \(app) AND i.username = \(username) AND i.conversation = \(target) AND i.seq > \(previous)
                         AND i.seq <= \(seq) AND j.push_type = 'alert' AND (j.status IN ('sent', 'pending')
-                            OR (j.status = 'skipped' AND j.last_reason = 'read' AND j.attempts > 0))
+                            OR (j.status = 'skipped' AND j.last_reason = \(unescaped: StoredJobReason.read.sqlLiteral) AND j.attempts > 0))
                     """, logger: logger
                 ).decode((String, String).self) {
                     pushed.insert(SkippedDevice(deviceID: device, notifier: notifier))
@@ -225,7 +225,7 @@ extension PostgresStore {
                 // can no longer record its answer, and an older read state is never sent after a newer one.
                 try await connection.query(
                     """
-                    UPDATE push_jobs SET status = 'skipped', last_reason = 'superseded', updated_at = \(now), claimed_until = 0
+                    UPDATE push_jobs SET status = 'skipped', last_reason = \(unescaped: StoredJobReason.superseded.sqlLiteral), updated_at = \(now), claimed_until = 0
                     WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID) AND notifier = \(job.notifier)
                         AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now)
                     """, logger: logger)
@@ -233,7 +233,7 @@ extension PostgresStore {
                     """
                     SELECT MAX(next_attempt_at) FROM push_jobs WHERE app_id = \(app) AND username = \(job.username)
                         AND device_id = \(job.deviceID) AND notifier = \(job.notifier) AND push_type = 'background'
-                        AND NOT (status = 'skipped' AND last_reason = 'superseded')
+                        AND NOT (status = 'skipped' AND last_reason = \(unescaped: StoredJobReason.superseded.sqlLiteral))
                     """, logger: logger
                 ).collect().first?.decode(Int64?.self)
                 let due = WithdrawalSchedule.due(after: last, spacing: spacing, now: now)

@@ -59,7 +59,7 @@ extension SQLiteStore {
                     let delete = try db.cachedStatement(
                         sql: """
                             DELETE FROM push_jobs WHERE app_id = ? AND message_id = ? AND username = ? AND device_id = ? AND notifier = ?
-                                AND status = 'skipped' AND last_reason = 'online'
+                                AND status = 'skipped' AND last_reason = \(StoredJobReason.online.sqlLiteral)
                             """)
                     for device in devices {
                         try delete.execute(arguments: [app, messageID, username, device.deviceID, device.notifier])
@@ -114,7 +114,7 @@ extension SQLiteStore {
                     JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
                     JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
                         AND b.notifier = j.notifier
-                    WHERE j.app_id = ? AND j.username = ? AND j.status = 'skipped' AND j.last_reason = 'online'
+                    WHERE j.app_id = ? AND j.username = ? AND j.status = 'skipped' AND j.last_reason = \(StoredJobReason.online.sqlLiteral)
                         AND i.seq > COALESCE((SELECT MAX(acked_seq) FROM device_cursors WHERE app_id = ? AND username = ?), 0)
                         AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
                             AND r.username = i.username AND r.conversation = i.conversation), 0)
@@ -146,7 +146,7 @@ extension SQLiteStore {
                     JOIN inbox i ON i.app_id = j.app_id AND i.message_id = j.message_id AND i.username = j.username
                     JOIN push_bindings b ON b.app_id = j.app_id AND b.username = j.username AND b.device_id = j.device_id
                         AND b.notifier = j.notifier
-                    WHERE j.status = 'skipped' AND j.last_reason = 'online'
+                    WHERE j.status = 'skipped' AND j.last_reason = \(StoredJobReason.online.sqlLiteral)
                         AND i.seq > COALESCE(
                             (SELECT MAX(acked_seq) FROM device_cursors c WHERE c.app_id = j.app_id AND c.username = j.username), 0)
                         AND i.seq > COALESCE((SELECT read_seq FROM conversation_reads r WHERE r.app_id = i.app_id
@@ -199,7 +199,7 @@ extension SQLiteStore {
             // A job goes to the token its device is bound to now, or nowhere: never to whoever holds the token since.
             try db.execute(
                 sql: """
-                    UPDATE push_jobs SET status = 'skipped', last_reason = 'binding_changed', updated_at = ?, claimed_until = 0
+                    UPDATE push_jobs SET status = 'skipped', last_reason = \(StoredJobReason.bindingChanged.sqlLiteral), updated_at = ?, claimed_until = 0
                     WHERE status = 'pending' AND next_attempt_at <= ? AND claimed_until <= ? AND NOT EXISTS (
                         SELECT 1 FROM push_bindings b WHERE b.app_id = push_jobs.app_id AND b.username = push_jobs.username
                             AND b.device_id = push_jobs.device_id AND b.notifier = push_jobs.notifier
@@ -231,7 +231,7 @@ extension SQLiteStore {
             for chunk in Self.chunks(damaged) {
                 try db.execute(
                     sql: """
-                        UPDATE push_jobs SET status = 'failed', last_reason = 'internal_error', updated_at = ?, claimed_until = 0
+                        UPDATE push_jobs SET status = 'failed', last_reason = \(StoredJobReason.internalError.sqlLiteral), updated_at = ?, claimed_until = 0
                         WHERE id IN (\(Self.marks(chunk.count)))
                         """,
                     arguments: StatementArguments([now] + Array(chunk)))

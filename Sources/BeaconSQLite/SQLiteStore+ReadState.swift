@@ -62,7 +62,7 @@ extension SQLiteStore {
                 // Pushes not yet on their way for messages now read are not sent; those sent or in flight are withdrawn.
                 try db.execute(
                     sql: """
-                        UPDATE push_jobs SET status = 'skipped', last_reason = 'read', updated_at = ?, claimed_until = 0
+                        UPDATE push_jobs SET status = 'skipped', last_reason = \(StoredJobReason.read.sqlLiteral), updated_at = ?, claimed_until = 0
                         WHERE app_id = ? AND username = ? AND status = 'pending' AND claimed_until <= ? AND push_type = 'alert'
                             AND message_id IN (SELECT message_id FROM inbox WHERE app_id = ? AND username = ? AND conversation = ?
                                 AND seq > ? AND seq <= ?)
@@ -75,7 +75,7 @@ extension SQLiteStore {
                             ON j.app_id = i.app_id AND j.username = i.username AND j.message_id = i.message_id
                         WHERE i.app_id = ? AND i.username = ? AND i.conversation = ? AND i.seq > ? AND i.seq <= ?
                             AND j.push_type = 'alert' AND (j.status IN ('sent', 'pending')
-                                OR (j.status = 'skipped' AND j.last_reason = 'read' AND j.attempts > 0))
+                                OR (j.status = 'skipped' AND j.last_reason = \(StoredJobReason.read.sqlLiteral) AND j.attempts > 0))
                         """,
                     arguments: [app, username, target, previous, seq])
                 {
@@ -208,7 +208,7 @@ extension SQLiteStore {
             // no longer record its answer, and an older read state is never sent after a newer one.
             let supersede = try db.cachedStatement(
                 sql: """
-                    UPDATE push_jobs SET status = 'skipped', last_reason = 'superseded', updated_at = ?, claimed_until = 0
+                    UPDATE push_jobs SET status = 'skipped', last_reason = \(StoredJobReason.superseded.sqlLiteral), updated_at = ?, claimed_until = 0
                     WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
                         AND status = 'pending' AND claimed_until <= ?
                     """)
@@ -216,7 +216,7 @@ extension SQLiteStore {
                 sql: """
                     SELECT MAX(next_attempt_at) FROM push_jobs
                     WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
-                        AND NOT (status = 'skipped' AND last_reason = 'superseded')
+                        AND NOT (status = 'skipped' AND last_reason = \(StoredJobReason.superseded.sqlLiteral))
                     """)
             let insert = try db.cachedStatement(
                 sql: """

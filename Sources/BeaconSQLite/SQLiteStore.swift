@@ -250,7 +250,7 @@ public final class SQLiteStore: BeaconStore {
             // pushes goes: a user created again under the name must not read them.
             try db.execute(
                 sql: """
-                    UPDATE push_jobs SET status = 'skipped', last_reason = 'user_deleted', updated_at = ?, claimed_until = 0
+                    UPDATE push_jobs SET status = 'skipped', last_reason = \(StoredJobReason.userDeleted.sqlLiteral), updated_at = ?, claimed_until = 0
                     WHERE app_id = ? AND username = ? AND status = 'pending'
                     """,
                 arguments: [now, app, username])

@@ -221,14 +221,12 @@ public struct BeaconServer: Sendable {
         }
     }
 
-    /// `onRunning` receives the bound port (useful with port 0).
-    public func makeService(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some Service {
+    /// The server's services, for the caller's `ServiceGroup` in this order (services stop in reverse). `onRunning` receives
+    /// the bound port (useful with port 0).
+    public func makeServices(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> [any Service] {
         // Hummingbird stops its server before the application's own services, closing WebSockets without a word; the
-        // notice must go first, so it runs beside the application and is shut down before it (services stop in reverse).
-        ServiceGroup(
-            configuration: .init(
-                services: [makeApplication(onRunning: onRunning), ShutdownNotice(registry: switchboard.local, timeout: .seconds(5))],
-                logger: logger))
+        // notice must go first, so it runs beside the application and is shut down before it.
+        [makeApplication(onRunning: onRunning), ShutdownNotice(registry: switchboard.local, timeout: .seconds(5))]
     }
 
     /// Every route this server answers, as `METHOD /path` with `:parameter` segments (`beacon routes`): the REST router's

@@ -255,7 +255,8 @@ final class PushWorker: Service, Sendable {
             case .withdrawn:
                 // As the claim records it.
                 return PushAttemptOutcome(
-                    jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil, reason: "binding_changed")
+                    jobID: job.id, claimToken: job.claimToken, status: .skipped, httpStatus: nil,
+                    reason: StoredJobReason.bindingChanged.rawValue)
             case .invalidRequest(let why):
                 logger.error("a push cannot be sent", metadata: ["job": "\(job.id)", "why": "\(why)"])
                 return PushAttemptOutcome(
@@ -312,105 +313,6 @@ final class PushWorker: Service, Sendable {
     static func backoff(attempt: Int, random: Double = Double.random(in: 0.8...1.2)) -> Int64 {
         let base = min(1000 * pow(2, Double(max(attempt - 1, 0))), 600_000)
         return Int64(base * random)
-    }
-}
-
-/// Outcomes of one batch's sends, handed from the sending tasks to the one that records them.
-final class OutcomeBuffer: Sendable {
-    private struct State {
-        var outcomes: [PushAttemptOutcome] = []
-        var finished = false
-    }
-    private let state = Mutex(State())
-    private let wake = WakeSignal()
-
-    func add(_ outcome: PushAttemptOutcome) {
-        state.withLock { $0.outcomes.append(outcome) }
-        wake.signal()
-    }
-
-    /// No more outcomes will come.
-    func finish() {
-        state.withLock { $0.finished = true }
-        wake.signal()
-    }
-
-    /// Up to `limit` outcomes, waiting for the first; nil once finished and empty.
-    func next(upTo limit: Int) async -> [PushAttemptOutcome]? {
-        while true {
-            let (taken, finished) = state.withLock { state in
-                let taken = Array(state.outcomes.prefix(limit))
-                state.outcomes.removeFirst(taken.count)
-                return (taken, state.finished)
-            }
-            if !taken.isEmpty { return taken }
-            // Cancelled: what was not written is sent again once its claim expires (at least once).
-            if finished || Task.isCancelled { return nil }
-            await wake.wait(upTo: .seconds(1))
-        }
-    }
-}
-
-/// A wake-up that can be awaited with a limit; signals while nobody waits are kept (at most one).
-final class WakeSignal: Sendable {
-    private struct State {
-        var pending = false
-        var waiter: CheckedContinuation<Void, Never>?
-        /// The current wait was cancelled before it could park.
-        var cancelled = false
-    }
-    private let state = Mutex(State())
-
-    func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let waiter = state.waiter else {
-                state.pending = true
-                return nil
-            }
-            state.waiter = nil
-            return waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns at the next signal, or after `limit`, or on cancellation.
-    func wait(upTo limit: Duration) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.waitForSignal() }
-            group.addTask { try? await Task.sleep(for: limit) }
-            await group.next()
-            group.cancelAll()
-        }
-    }
-
-    private func waitForSignal() async {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Bool in
-                    if state.cancelled {
-                        state.cancelled = false
-                        return true
-                    }
-                    if state.pending {
-                        state.pending = false
-                        return true
-                    }
-                    state.waiter = continuation
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                guard let waiter = state.waiter else {
-                    state.cancelled = true
-                    return nil
-                }
-                state.waiter = nil
-                return waiter
-            }
-            waiter?.resume()
-        }
     }
 }
 

@@ -122,6 +122,26 @@ public struct NewPushJob: Sendable, Hashable {
 
 }
 
+/// The reasons a store itself ends a job with, or looks for: one Swift place for both engines' SQL (`sqlLiteral`). Like
+/// the push rules' own reasons (`BeaconPush.SkipReason`), they are stable codes of the delivery records and the webhook.
+public enum StoredJobReason: String, Sendable, CaseIterable {
+    /// The rules found the receiver online (`SkipReason.online`): such a job is decided again if the message goes unread.
+    case online
+    /// The device's token changed hands between the decision and the send.
+    case bindingChanged = "binding_changed"
+    /// The receiver read the conversation before the push went out.
+    case read
+    /// A newer withdrawal for the same device replaced this one.
+    case superseded
+    /// The receiver was deleted.
+    case userDeleted = "user_deleted"
+    /// The job's stored row no longer decodes.
+    case internalError = "internal_error"
+
+    /// The reason as an SQL string literal (`'online'`), for statements whose plan must see the constant.
+    public var sqlLiteral: String { "'\(rawValue)'" }
+}
+
 /// Which delivery records `pushJobs(app:matching:limit:)` returns: every condition that is set holds.
 public struct PushJobFilter: Sendable, Equatable {
     public var username: String?

@@ -5,6 +5,7 @@ import BeaconAPNs
 import BeaconCore
 import BeaconServer
 import BeaconStorage
+import BeaconTesting
 import Crypto
 import Foundation
 import NIOCore
@@ -18,27 +19,6 @@ func cpuSeconds(children: Bool = false) -> Double {
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
 
-/// Starts `beacon apns-sim` (next to this executable) and reads its ready line.
-func startSimulatorProcess(maxStreams: Int = 1000) throws -> (Process, apnsPort: Int, control: String, caFile: String) {
-    let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
-    let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-ca-\(UUID().uuidString).pem").path
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = ["apns-sim", "--ca-out", caFile, "--max-concurrent-streams", String(maxStreams)]
-    let output = Pipe()
-    process.standardOutput = output
-    try process.run()
-    var line = Data()
-    while !line.contains(UInt8(ascii: "\n")) {
-        let chunk = output.fileHandleForReading.availableData
-        if chunk.isEmpty { throw BenchError("apns-sim exited") }
-        line.append(chunk)
-    }
-    let ready = try JSONDecoder().decode([String: String].self, from: line)
-    let port = Int(ready["apns_url"]!.split(separator: ":").last!)!
-    return (process, port, ready["control_url"]!, caFile)
-}
-
 /// Notifications per second into the simulator: Beacon's client beside h2load (the ceiling) and aioapns (a peer).
 struct APNs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -49,16 +29,17 @@ struct APNs: AsyncParsableCommand {
     @Option(help: "Notifications for the slower aioapns run.") var aioapnsNotifications = 10_000
 
     func run() async throws {
-        let (simulator, port, control, caFile) = try startSimulatorProcess()
-        defer { simulator.terminate() }
+        let simulator = try await SimulatorProcess.start(in: FileManager.default.temporaryDirectory)
+        defer { simulator.process.signal(SIGKILL) }
+        guard let port = URL(string: simulator.apnsURL)?.port else { throw TestFailure("no port in \(simulator.apnsURL)") }
+        let caFile = simulator.caFile
         let key = APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: P256.Signing.PrivateKey())
-        _ = try await REST.call(
-            URL(string: control)!, "POST", "/keys",
+        _ = try await simulator.control(
+            "POST", "/keys",
             [
                 "team_id": .string(key.teamID), "key_id": .string(key.keyID),
                 "public_key_pem": .string(key.privateKey.publicKey.pemRepresentation),
-            ],
-            token: nil)
+            ])
         let token = String(repeating: "ab", count: 32)
         let payload = #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"sound":"default"},"f":"alice","t":"bob","m":"1"}"#
         let roots = try NIOSSLCertificate.fromPEMFile(caFile)
@@ -109,7 +90,7 @@ struct APNs: AsyncParsableCommand {
             request.headers.add(name: "authorization", value: bearer)
             request.body = .bytes(ByteBuffer(string: payload))
             let response = try await http.execute(request, timeout: .seconds(30))
-            guard response.status == .ok else { throw BenchError("AsyncHTTPClient: \(response.status)") }
+            guard response.status == .ok else { throw TestFailure("AsyncHTTPClient: \(response.status)") }
         }
         try await ahcSend()
         let ahcCPUBefore = cpuSeconds()
@@ -139,19 +120,15 @@ struct APNs: AsyncParsableCommand {
         let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-payload.json")
         try payload.write(to: payloadFile, atomically: true, encoding: .utf8)
         let jwt = try key.token(issuedAt: Int64(Date().timeIntervalSince1970))
-        let h2load = Process()
-        h2load.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
-        h2load.arguments = [
-            "-n", String(notifications), "-c", String(connections), "-m", "100", "-t", "1", "-d", payloadFile.path,
-            "-H", "apns-topic: com.example.bench", "-H", "apns-push-type: alert", "-H", "authorization: bearer \(jwt)",
-            "https://127.0.0.1:\(port)/3/device/\(token)",
-        ]
-        let h2Output = Pipe()
-        h2load.standardOutput = h2Output
         let childCPUBefore = cpuSeconds(children: true)
-        try h2load.run()
-        let h2Text = String(decoding: h2Output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        h2load.waitUntilExit()
+        let h2load = try await runToExit(
+            URL(fileURLWithPath: "/usr/bin/h2load"),
+            [
+                "-n", String(notifications), "-c", String(connections), "-m", "100", "-t", "1", "-d", payloadFile.path,
+                "-H", "apns-topic: com.example.bench", "-H", "apns-push-type: alert", "-H", "authorization: bearer \(jwt)",
+                "https://127.0.0.1:\(port)/3/device/\(token)",
+            ], timeout: .seconds(600))
+        let h2Text = String(decoding: h2load.output, as: UTF8.self)
         let h2CPU = (cpuSeconds(children: true) - childCPUBefore) / Double(notifications) * 1e6
         let h2Rate =
             h2Text.split(separator: "\n").first { $0.hasPrefix("finished in") }
@@ -193,15 +170,10 @@ struct APNs: AsyncParsableCommand {
                 print(f"{n / (time.time() - start):.0f} {ok}")
             asyncio.run(main())
             """
-        let python = Process()
-        python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        python.arguments = ["python3", "-c", script, String(aioapnsNotifications)]
-        let pythonOutput = Pipe()
-        python.standardOutput = pythonOutput
         let pythonCPUBefore = cpuSeconds(children: true)
-        try python.run()
-        let pythonText = String(decoding: pythonOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        python.waitUntilExit()
+        let python = try await runToExit(
+            URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script, String(aioapnsNotifications)], timeout: .seconds(600))
+        let pythonText = String(decoding: python.output, as: UTF8.self)
         let pythonCPU = (cpuSeconds(children: true) - pythonCPUBefore) / Double(aioapnsNotifications) * 1e6
         let parts = pythonText.split(separator: " ")
         let aioRate = parts.first.flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? .nan
@@ -231,46 +203,27 @@ struct Fanout: AsyncParsableCommand {
         let simulator = try APNsSimulator(configuration: .init(eventLoopGroup: simulatorLoops), logger: .init(label: "bench.sim"))
         let simulatorTask = Task { try await simulator.run() }
         defer { simulatorTask.cancel() }
-        let endpoints = await simulator.endpoints()
-        let routing = APNsRouting.custom(
-            host: "127.0.0.1", port: endpoints.apnsPort, trustRoots: try NIOSSLCertificate.fromPEMBytes(Array(simulator.caPEM.utf8)))
-        let key = SymmetricKey(size: .bits256)
         let members = self.members
         try await withBenchStores(database: database, nodes: nodes) { stores, engine, transactions in
-            var servers: [BenchServer] = []
-            for store in stores {
-                servers.append(
-                    try await BenchServer.start(store: store) { configuration in
-                        configuration.apnsRouting = routing
-                        configuration.secretBox = SecretBox(key: key)
-                        configuration.onPushConfiguration = { trust in
-                            if case .tokenKey(let teamID, let keyID, let publicKeyPEM) = trust {
-                                try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: publicKeyPEM)
-                            }
-                        }
-                    })
+            var options = TestBeacon.Options.bench()
+            options.push = simulator
+            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: options) { servers in
+                try await Self.measure(
+                    servers, members: members, simulator: simulator, simulatorThread: simulatorThread, engine: engine,
+                    transactions: transactions)
             }
-            try await Self.measure(
-                servers, members: members, simulator: simulator, simulatorThread: simulatorThread, engine: engine,
-                transactions: transactions)
         }
     }
 
     private static func measure(
-        _ servers: [BenchServer], members: Int, simulator: APNsSimulator, simulatorThread: Int32, engine: String,
+        _ servers: [TestBeacon], members: Int, simulator: APNsSimulator, simulatorThread: Int32, engine: String,
         transactions: @Sendable () -> Int?
     ) async throws {
         let server = servers[0]
-        let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
+        guard let app = try await server.store.app(server.app) else { throw TestFailure("no app") }
         let names = (0..<members).map { "m\($0)" }
         _ = try await server.store.createUsers(names.map { NewUser(username: $0, passwordHash: "-") }, app: app.id, now: 0)
-        _ = try await REST.call(
-            server.baseURL, "POST", "/bench/chat/push/certificates",
-            [
-                "name": "ios", "kind": "p8", "file": .string(P256.Signing.PrivateKey().pemRepresentation), "key_id": "BENCHKEY01",
-                "team_id": "BENCHTEAM1", "environment": "development", "bundle_id": "com.example.bench",
-            ],
-            token: server.appToken)
+        try await server.uploadP8(name: "ios", bundleID: "com.example.bench")
         for (index, name) in names.enumerated() {
             try await server.store.bind(
                 PushBinding(username: name, deviceID: "phone", notifier: "ios", deviceToken: String(format: "%064x", index), boundAt: 0),
@@ -285,11 +238,11 @@ struct Fanout: AsyncParsableCommand {
         let processCPUBefore = processCPUSeconds()
         let start = monotonicNanoseconds()
         let startedAt = Int64(Date().timeIntervalSince1970 * 1000)
-        let answer = try await REST.call(
-            server.baseURL, "POST", "/bench/chat/messages/chatgroups",
-            ["from": .string(names[0]), "to": ["g1"], "type": "txt", "body": ["msg": "to everyone"]], token: server.appToken)
+        let answer = try await server.rest(
+            "POST", "/messages/chatgroups", ["from": .string(names[0]), "to": ["g1"], "type": "txt", "body": ["msg": "to everyone"]]
+        ).json
         let stored = Double(monotonicNanoseconds() - start) / 1e6
-        guard answer["data"]?["g1"] != nil else { throw BenchError("send failed: \(answer)") }
+        guard answer["data"]?["g1"] != nil else { throw TestFailure("send failed: \(answer)") }
         let expected = members - 1
         while simulator.deliveries().count < expected {
             try await Task.sleep(for: .milliseconds(5))
@@ -319,6 +272,5 @@ struct Fanout: AsyncParsableCommand {
         if let before = transactionsBefore, let after = transactions() {
             print("database transactions: \(after - before) (\(format(Double(after - before) / Double(expected), 3)) per push)")
         }
-        for server in servers { await server.stop() }
     }
 }

@@ -3,6 +3,7 @@ import BeaconClient
 import BeaconCore
 import BeaconServer
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import Synchronization
 
@@ -22,23 +23,25 @@ struct Online: AsyncParsableCommand {
     @Option(help: "Seconds of sending.") var seconds = 10
 
     func run() async throws {
-        let server = try await BenchServer.start()
-        let names = (0..<clients).map { "u\($0)" }
-        try await server.createUsers(names)
-        var connected: [BeaconClient] = []
-        for name in names { connected.append(try await server.client(name)) }
-        let devices = connected
-        print("online: \(clients) clients connected; offering \(rate) msg/s for \(seconds) s (\(rate * seconds) messages)")
-        let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
-        let (total, sendSeconds, elapsed, sorted) = (rate * seconds, load.sendSeconds, load.elapsed, load.latencies)
-        print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
-        print(
-            "delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))"
-        )
-        print(
-            "latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
-        for device in devices { await device.logout() }
-        await server.stop()
+        let (clients, rate, seconds) = (clients, rate, seconds)
+        try await withBenchServer { server in
+            let names = (0..<clients).map { "u\($0)" }
+            try await server.createUsers(names)
+            var connected: [BeaconClient] = []
+            for name in names { connected.append(try await server.client(name, device: "bench")) }
+            let devices = connected
+            print("online: \(clients) clients connected; offering \(rate) msg/s for \(seconds) s (\(rate * seconds) messages)")
+            let load = try await LiveLoad.run(devices: devices, names: names, rate: rate, seconds: seconds)
+            let (total, sendSeconds, elapsed, sorted) = (rate * seconds, load.sendSeconds, load.elapsed, load.latencies)
+            print("sent \(total) in \(format(sendSeconds)) s; delivered \(sorted.count) in \(format(elapsed)) s")
+            print(
+                "delivered msg/s: \(format(Double(sorted.count) / elapsed, 0)) (offered \(rate), ratio \(format(Double(sorted.count) / elapsed / Double(rate))))"
+            )
+            print(
+                "latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))"
+            )
+            for device in devices { await device.logout() }
+        }
     }
 }
 
@@ -119,39 +122,21 @@ struct Idle: AsyncParsableCommand {
     @Option(help: "The beacon executable (default: next to this one).") var beacon: String?
 
     func run() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-idle-\(UUID().uuidString)").path
-        let executable =
-            beacon ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("beacon").path
-        let port = 18_000 + Int.random(in: 0..<2000)
-        let create = Process()
-        create.executableURL = URL(fileURLWithPath: executable)
-        create.arguments = ["app", "create", "bench/chat", "--json", "--data-dir", directory]
-        let output = Pipe()
-        create.standardOutput = output
-        try create.run()
-        create.waitUntilExit()
-        let credentials = try JSONDecoder().decode([String: String].self, from: output.fileHandleForReading.readDataToEndOfFile())
-
-        let serve = Process()
-        serve.executableURL = URL(fileURLWithPath: executable)
-        serve.arguments = ["serve", "--port", String(port), "--data-dir", directory]
-        serve.environment = ProcessInfo.processInfo.environment.merging(["BEACON_LOG_LEVEL": "error"]) { $1 }
-        try serve.run()
-        defer { serve.terminate() }
-        let baseURL = URL(string: "http://127.0.0.1:\(port)")!
-        var appToken: String?
-        for _ in 0..<100 where appToken == nil {
-            appToken = try? await REST.token(
-                baseURL, app: "bench/chat",
-                [
-                    "grant_type": "client_credentials", "client_id": .string(credentials["client_id"]!),
-                    "client_secret": .string(credentials["client_secret"]!),
-                ])
-            if appToken == nil { try await Task.sleep(for: .milliseconds(100)) }
-        }
-        guard let appToken else { throw BenchError("server did not start") }
-        _ = try await REST.call(baseURL, "POST", "/bench/chat/users", ["username": "idle", "password": "pw"], token: appToken)
-        let userToken = try await REST.token(baseURL, app: "bench/chat", ["grant_type": "password", "username": "idle", "password": "pw"])
+        let directory = StoreKind.temporaryDirectory("beacon-idle")
+        let executable = beacon.map { URL(fileURLWithPath: $0) } ?? BeaconProcess.executable
+        let created = try await runToExit(executable, ["app", "create", "acme/chat", "--json", "--data-dir", directory.path])
+        let credentials = try JSONDecoder().decode([String: String].self, from: created.output)
+        let serve = try await ServerProcess.start(
+            dataDirectory: directory, simulator: nil, environment: ["BEACON_LOG_LEVEL": "error"], executable: executable)
+        defer { serve.process.signal(SIGKILL) }
+        let baseURL = serve.baseURL
+        let appToken = try await serve.token(
+            [
+                "grant_type": "client_credentials", "client_id": .string(credentials["client_id"] ?? ""),
+                "client_secret": .string(credentials["client_secret"] ?? ""),
+            ])
+        _ = try await serve.rest("POST", "/users", ["username": "idle", "password": "pw"], token: appToken)
+        let userToken = try await serve.token(["grant_type": "password", "username": "idle", "password": "pw"])
 
         // Warm up with a few connections so that one-time allocations are not counted per connection.
         var clients: [BeaconClient] = []
@@ -163,7 +148,7 @@ struct Idle: AsyncParsableCommand {
                     while started < count && running < 200 {
                         let id = clients.count + started
                         group.addTask {
-                            let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: baseURL, deviceID: "d\(id)"))
+                            let client = BeaconClient(options: BeaconOptions(appKey: "acme#chat", serverURL: baseURL, deviceID: "d\(id)"))
                             try await client.login(token: userToken, username: "idle")
                             return client
                         }
@@ -179,10 +164,10 @@ struct Idle: AsyncParsableCommand {
         }
         try await connect(100)
         try await Task.sleep(for: .seconds(1))
-        let before = residentBytes(pid: serve.processIdentifier)
+        let before = residentBytes(pid: serve.process.child.processIdentifier)
         try await connect(connections)
         try await Task.sleep(for: .seconds(2))
-        let after = residentBytes(pid: serve.processIdentifier)
+        let after = residentBytes(pid: serve.process.child.processIdentifier)
         let perConnection = Double(after - before) / Double(connections)
         print("idle: \(connections) connections (+100 warm-up) to a separate beacon serve process")
         print("server RSS before \(before / 1024 / 1024) MiB, after \(after / 1024 / 1024) MiB")
@@ -197,30 +182,31 @@ struct Sync: AsyncParsableCommand {
     @Option var messages = 10_000
 
     func run() async throws {
-        let server = try await BenchServer.start()
-        try await server.createUsers(["alice", "bob"])
-        let app = try await server.store.app(AppKey(org: "bench", name: "chat"))!
-        var generator = MessageIDGenerator()
-        for index in 0..<messages {
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            let message = Message(
-                id: generator.next(nowMilliseconds: now), from: "alice", to: "bob", chatType: .chat, type: .txt,
-                body: ["msg": .string("stored message \(index)")], timestamp: now)
-            _ = try await server.store.append(message, app: app.id, deliveries: [Delivery(username: "bob")])
+        let messages = messages
+        try await withBenchServer { server in
+            try await server.createUsers("alice", "bob")
+            guard let app = try await server.store.app(server.app) else { throw TestFailure("no app") }
+            var generator = MessageIDGenerator()
+            for index in 0..<messages {
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                let message = Message(
+                    id: generator.next(nowMilliseconds: now), from: "alice", to: "bob", chatType: .chat, type: .txt,
+                    body: ["msg": .string("stored message \(index)")], timestamp: now)
+                _ = try await server.store.append(message, app: app.id, deliveries: [Delivery(username: "bob")])
+            }
+            let start = monotonicNanoseconds()
+            let bob = try await server.client("bob", device: "bench")
+            var received = 0
+            for await _ in bob.messages {
+                received += 1
+                if received == messages { break }
+            }
+            let elapsed = Double(monotonicNanoseconds() - start) / 1e6
+            print(
+                "sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 200 ms, ratio \(format(elapsed / 200)))"
+            )
+            print("rate: \(format(Double(messages) / elapsed * 1000, 0)) msg/s")
+            await bob.logout()
         }
-        let start = monotonicNanoseconds()
-        let bob = try await server.client("bob")
-        var received = 0
-        for await _ in bob.messages {
-            received += 1
-            if received == messages { break }
-        }
-        let elapsed = Double(monotonicNanoseconds() - start) / 1e6
-        print(
-            "sync: \(messages) stored messages received in \(format(elapsed, 0)) ms including login (aim 200 ms, ratio \(format(elapsed / 200)))"
-        )
-        print("rate: \(format(Double(messages) / elapsed * 1000, 0)) msg/s")
-        await bob.logout()
-        await server.stop()
     }
 }

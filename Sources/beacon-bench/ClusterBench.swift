@@ -3,6 +3,7 @@ import BeaconClient
 import BeaconCore
 import BeaconServer
 import BeaconStorage
+import BeaconTesting
 import Crypto
 import Foundation
 
@@ -23,27 +24,19 @@ struct Cluster: AsyncParsableCommand {
             database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes
         ) {
             stores, engine, transactions in
-            var servers: [BenchServer] = []
-            for store in stores { servers.append(try await BenchServer.start(store: store, configure: Self.configure)) }
-            try await measure(servers, engine: engine, transactions: transactions)
+            // (Every node has the same secret key, so that tokens issued by one are valid on all; push on, as in production.)
+            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: .bench()) {
+                servers in
+                try await measure(servers, engine: engine, transactions: transactions)
+            }
         }
     }
 
-    /// The same secret key on every node (tokens issued by one are valid on all), push on (as in production).
-    @Sendable static func configure(_ configuration: inout BeaconConfiguration) {
-        configuration.secretBox = SecretBox(key: SymmetricKey(data: Data(repeating: 3, count: 32)))
-    }
-
-    private func measure(_ servers: [BenchServer], engine: String, transactions: @Sendable () -> Int?) async throws {
+    private func measure(_ servers: [TestBeacon], engine: String, transactions: @Sendable () -> Int?) async throws {
         let names = (0..<clients).map { "u\($0)" }
         try await servers[0].createUsers(names)
         var connected: [BeaconClient] = []
-        for (index, name) in names.enumerated() {
-            let server = servers[index % servers.count]
-            let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: server.baseURL, deviceID: "bench"))
-            try await client.login(username: name, password: "pw")
-            connected.append(client)
-        }
+        for (index, name) in names.enumerated() { connected.append(try await servers[index % servers.count].client(name, device: "bench")) }
         let devices = connected
         let total = rate * seconds
         let crossNode = (0..<total).filter { $0 % clients % servers.count != (($0 * 7 + 1) % clients) % servers.count }.count
@@ -69,6 +62,5 @@ struct Cluster: AsyncParsableCommand {
                     + "\(format(Double(notifications) / Double(total))) (\(format(Double(notifications) / elapsed, 0))/s)")
         }
         for device in devices { await device.logout() }
-        for server in servers { await server.stop() }
     }
 }

@@ -1,104 +1,40 @@
-import BeaconClient
 import BeaconCore
 import BeaconPostgres
 import BeaconSQLite
 import BeaconServer
 import BeaconStorage
+import BeaconStores
+import BeaconTesting
 import Foundation
 import Logging
-import ServiceLifecycle
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
 
-/// A Beacon server started in this process on a free port, with app `bench/chat`.
-struct BenchServer {
-    let store: any BeaconStore
-    let server: BeaconServer
-    let baseURL: URL
-    let appToken: String
-    private let services: ServiceGroup
-    private let task: Task<Void, any Error>
-
-    /// A server on a fresh SQLite store.
-    static func start(configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
-        // The server's default (full) unless BEACON_DURABILITY says otherwise, to measure the price of the switch.
-        let durability = ProcessInfo.processInfo.environment["BEACON_DURABILITY"].flatMap(SQLiteStore.Durability.init(rawValue:)) ?? .full
-        return try await start(store: try SQLiteStore(directory: directory.path, durability: durability), configure: configure)
-    }
-
-    /// A server on `store`, creating app `bench/chat` unless it exists (its app token is then issued by the server).
-    static func start(store: any BeaconStore, configure: (inout BeaconConfiguration) -> Void = { _ in }) async throws -> BenchServer {
+extension TestBeacon.Options {
+    /// What the benchmarks' servers run with: app `bench/chat`, logs at error, push attempts left unrecorded.
+    static func bench(_ configure: @escaping @Sendable (inout BeaconConfiguration) -> Void = { _ in }) -> Self {
+        var options = Self()
+        options.app = AppKey(org: "bench", name: "chat")
         var logger = Logger(label: "beacon.bench")
         logger.logLevel = .error
-        let existing = try await store.app(AppKey(org: "bench", name: "chat"))
-        let credentials = existing == nil ? try await AppProvisioning.create(AppKey(org: "bench", name: "chat"), in: store) : nil
-        var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, passwordHashRounds: 1000)
-        configure(&configuration)
-        let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
-        let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
-        let services = ServiceGroup(configuration: .init(services: [server.makeService { portSink.yield($0) }], logger: logger))
-        let task = Task { try await services.run() }
-        var iterator = ports.makeAsyncIterator()
-        let port = await iterator.next()!
-        let baseURL = URL(string: "http://127.0.0.1:\(port)")!
-        let token =
-            if let credentials {
-                try await REST.token(
-                    baseURL, app: "bench/chat",
-                    [
-                        "grant_type": "client_credentials", "client_id": .string(credentials.clientID),
-                        "client_secret": .string(credentials.clientSecret),
-                    ])
-            } else if let existing {
-                server.issueToken(app: existing)
-            } else {
-                throw BenchError("app bench/chat vanished")
-            }
-        return BenchServer(store: store, server: server, baseURL: baseURL, appToken: token, services: services, task: task)
-    }
-
-    func stop() async {
-        await services.triggerGracefulShutdown()
-        _ = await task.result
-    }
-
-    func createUsers(_ names: [String]) async throws {
-        for chunk in stride(from: 0, to: names.count, by: 60).map({ Array(names[$0..<min($0 + 60, names.count)]) }) {
-            _ = try await REST.call(
-                baseURL, "POST", "/bench/chat/users", .array(chunk.map { ["username": .string($0), "password": "pw"] }), token: appToken)
-        }
-    }
-
-    func client(_ username: String, device: String = "bench") async throws -> BeaconClient {
-        let client = BeaconClient(options: BeaconOptions(appKey: "bench#chat", serverURL: baseURL, deviceID: device))
-        try await client.login(username: username, password: "pw")
-        return client
+        options.logger = logger
+        options.recordsPushOutcomes = false
+        options.configure = configure
+        return options
     }
 }
 
-enum REST {
-    static func call(_ baseURL: URL, _ method: String, _ path: String, _ body: JSONValue?, token: String?) async throws -> JSONValue {
-        var request = URLRequest(url: URL(string: baseURL.absoluteString + path)!)
-        request.httpMethod = method
-        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        if let body { request.httpBody = try JSONEncoder().encode(body) }
-        let (data, _) = try await URLSession.shared.data(for: request)
-        return try JSONDecoder().decode(JSONValue.self, from: data)
+/// Runs `body` against a server in this process on a fresh SQLite store (durability: the server's default, full, unless
+/// BEACON_DURABILITY says otherwise, to measure the price of the switch).
+func withBenchServer(_ body: @Sendable (TestBeacon) async throws -> Void) async throws {
+    let directory = StoreKind.temporaryDirectory("beacon-bench")
+    let durability = ProcessInfo.processInfo.environment["BEACON_DURABILITY"].flatMap(SQLiteStore.Durability.init(rawValue:)) ?? .full
+    try await DatabaseLocation.sqlite(inDirectory: directory.path, durability: durability).withStore(logger: StoreKind.quietLogger) {
+        store in
+        try await TestBeacon.run(store: store, directory: directory, options: .bench(), body)
     }
-
-    static func token(_ baseURL: URL, app: String, _ body: JSONValue) async throws -> String {
-        let answer = try await call(baseURL, "POST", "/\(app)/token", body, token: nil)
-        guard let token = answer["access_token"]?.stringValue else { throw BenchError("no token: \(answer)") }
-        return token
-    }
-}
-
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
 }
 
 /// Resident set size of a process, in bytes (Linux `/proc`).
@@ -155,22 +91,13 @@ func withBenchStores(
     database: String, nodes: Int,
     _ body: @Sendable ([any BeaconStore], _ engine: String, _ transactions: @escaping @Sendable () -> Int?) async throws -> Void
 ) async throws {
-    if database == "sqlite" {
-        guard nodes == 1 else { throw BenchError("SQLite serves one node") }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-bench-\(UUID().uuidString)")
-        return try await body([try SQLiteStore(directory: directory.path)], "sqlite", { nil })
+    let location =
+        database == "sqlite"
+        ? try DatabaseLocation.sqlite(inDirectory: StoreKind.temporaryDirectory("beacon-bench").path)
+        : DatabaseLocation.postgres(url: database).inSchema("bench_" + UUID().uuidString.lowercased().filter(\.isHexDigit))
+    try await location.withStores(nodes) { stores in
+        let postgres = stores.compactMap { $0 as? PostgresStore }
+        let transactions: @Sendable () -> Int? = { postgres.isEmpty ? nil : postgres.map(\.transactionTimings.total).reduce(0, +) }
+        try await body(stores, postgres.isEmpty ? "sqlite" : "postgres", transactions)
     }
-    let url = database + (database.contains("?") ? "&" : "?") + "schema=bench_" + UUID().uuidString.lowercased().filter(\.isHexDigit)
-    let logger = {
-        var logger = Logger(label: "beacon.bench")
-        logger.logLevel = .error
-        return logger
-    }()
-    @Sendable func open(_ stores: [PostgresStore]) async throws {
-        guard stores.count < nodes else {
-            return try await body(stores, "postgres", { stores.map(\.transactionTimings.total).reduce(0, +) })
-        }
-        try await PostgresStore.withStore(url: url, logger: logger) { try await open(stores + [$0]) }
-    }
-    try await open([])
 }

@@ -6,6 +6,7 @@ import BeaconPostgres
 import BeaconSQLite
 import BeaconServer
 import BeaconStorage
+import BeaconStores
 import Configuration
 import Foundation
 import Hummingbird
@@ -42,25 +43,24 @@ func withConfiguredStore<T: Sendable>(
     _ body: @Sendable (any BeaconStore, ConfiguredDatabase) async throws -> T
 ) async throws -> T {
     let database = try ConfiguredDatabase(config.value(Settings.database))
+    let location: DatabaseLocation
     switch database {
     case .sqlite(let path):
         let durabilityName = config.value(Settings.durability)
         guard let durability = SQLiteStore.Durability(rawValue: durabilityName) else {
             throw ValidationError("--durability must be full or normal, not '\(durabilityName)'")
         }
-        let databasePath: String
-        if let path {
-            databasePath = path
-        } else {
-            let directory = config.value(Settings.dataDir)
-            try PrivateDirectory.create(directory)
-            databasePath = SQLiteStore.databasePath(inDirectory: directory)
-        }
-        let held = try lock.map { try ServeLock(database: databasePath, mode: $0) }
-        defer { withExtendedLifetime(held) {} }
-        let store = try SQLiteStore(path: databasePath, durability: durability)
-        return try await body(store, database)
+        location =
+            if let path { .sqlite(path: path, durability: durability) } else {
+                try .sqlite(inDirectory: config.value(Settings.dataDir), durability: durability)
+            }
     case .postgres(let url):
-        return try await PostgresStore.withStore(url: url, logger: logger) { try await body($0, database) }
+        location = .postgres(url: url)
     }
+    guard case .sqlite(let path, _) = location, let lock else {
+        return try await location.withStore(logger: logger) { try await body($0, database) }
+    }
+    let held = try ServeLock(database: path, mode: lock)
+    defer { withExtendedLifetime(held) {} }
+    return try await location.withStore(logger: logger) { try await body($0, database) }
 }

@@ -131,7 +131,7 @@ struct Serve: AsyncParsableCommand {
         }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ready, readySink) = AsyncStream.makeStream(of: Int.self)
-        services.insert(server.makeService { readySink.yield($0) }, at: 0)
+        services.insert(contentsOf: server.makeServices { readySink.yield($0) }, at: 0)
         let group = ServiceGroup(configuration: .process(services: services, logger: logger))
         logger.info("data directory \(dataDir)")
         try await withThrowingTaskGroup(of: Void.self) { tasks in

@@ -1,6 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
-import BeaconTestSupport
+import BeaconTesting
 import Crypto
 import Foundation
 import NIOCore
@@ -142,7 +142,7 @@ import Testing
     }
 
     @Test func tokensAreReusedThenRefreshedAndAnExpiredOneIsReplacedAndRetried() async throws {
-        let clock = MovableClock()
+        let clock = TestClock.wall()
         try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(50 * 60))) { simulator, client, _ in
             _ = try await client.send(alert("1"))
             clock.advance(minutes: 30)
@@ -152,7 +152,7 @@ import Testing
             #expect(simulator.deliveries().count == 3)
         }
         // A client that keeps its token too long hears ExpiredProviderToken, makes a new one and retries once.
-        let late = MovableClock()
+        let late = TestClock.wall()
         try await withSimulator(clock: late, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) { simulator, client, _ in
             _ = try await client.send(alert("1"))
             late.advance(minutes: 61)
@@ -162,7 +162,7 @@ import Testing
     }
 
     @Test func changingTheTokenTooOftenIsRefused() async throws {
-        let clock = MovableClock()
+        let clock = TestClock.wall()
         try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(60))) { _, client, _ in
             _ = try await client.send(alert("1"))
             clock.advance(minutes: 2)

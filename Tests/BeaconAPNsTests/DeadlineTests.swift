@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
+import BeaconTesting
 import Crypto
 import Foundation
 import Testing
@@ -22,7 +23,7 @@ import Testing
             // Before: it waited up to 30 s for the stream, then was written whatever the time.
             #expect(started.duration(to: .now) < .seconds(2))
             // The stream frees up (the held request times out): still nothing more reaches APNs.
-            for _ in 0..<500 where !holder.isReleased { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("the holder released", timeout: .seconds(10)) { holder.isReleased }
             try await Task.sleep(for: .milliseconds(300))
             #expect(simulator.requestsReceived == before)
             #expect(!simulator.deliveries().map(\.payload).compactMap(alertBody).contains("late"))

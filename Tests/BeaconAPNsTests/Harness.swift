@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
+import BeaconTesting
 import Crypto
 import Foundation
 import NIOSSL
@@ -8,13 +9,6 @@ import SwiftASN1
 import Synchronization
 import X509
 
-/// A wall clock tests can move.
-final class MovableClock: Sendable {
-    private let offset = Mutex<TimeInterval>(0)
-    var now: Date { Date().addingTimeInterval(offset.withLock { $0 }) }
-    func advance(minutes: Double) { offset.withLock { $0 += minutes * 60 } }
-}
-
 let bundleID = "com.example.chat"
 let teamID = "TEAM123456"
 let keyID = "KEY1234567"
@@ -22,12 +16,12 @@ let deviceToken = String(repeating: "ab", count: 32)
 
 /// Runs `body` with a started simulator and a token-auth client trusting it.
 func withSimulator<T: Sendable>(
-    clock: MovableClock = MovableClock(), environment: APNsEnvironment = .development, maxConcurrentStreams: Int = 1000,
+    clock: TestClock = TestClock.wall(), environment: APNsEnvironment = .development, maxConcurrentStreams: Int = 1000,
     client clientConfiguration: APNsClient.Configuration? = nil,
     _ body: @Sendable (APNsSimulator, APNsClient, APNsSigningKey) async throws -> T
 ) async throws -> T {
     let simulator = try APNsSimulator(
-        configuration: .init(environment: environment, maxConcurrentStreams: maxConcurrentStreams, clock: { clock.now }))
+        configuration: .init(environment: environment, maxConcurrentStreams: maxConcurrentStreams, clock: { clock.date }))
     let key = APNsSigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())
     try simulator.registerKey(teamID: teamID, keyID: keyID, publicKeyPEM: key.privateKey.publicKey.pemRepresentation)
     return try await withThrowingTaskGroup(of: Void.self) { group in
@@ -36,7 +30,7 @@ func withSimulator<T: Sendable>(
         let endpoints = await simulator.endpoints()
         // Generous: tests share two cores with real server processes; the tests about timeouts set their own.
         var configuration = clientConfiguration ?? APNsClient.Configuration(requestTimeout: .seconds(15))
-        configuration.clock = { clock.now }
+        configuration.clock = { clock.date }
         let client = APNsClient(
             credentials: .token(key), endpoint: simulator.endpoint(endpoints), configuration: configuration)
         do {

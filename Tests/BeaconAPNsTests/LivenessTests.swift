@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconAPNs
+import BeaconTesting
 import Foundation
 import Synchronization
 import Testing
@@ -120,7 +121,7 @@ import Testing
     }
 
     @Test func manyExpiredTokenAnswersAtOnceReplaceTheTokenOnce() async throws {
-        let clock = MovableClock()
+        let clock = TestClock.wall()
         try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) { simulator, client, _ in
             try await warmUp(client)
             clock.advance(minutes: 61)
@@ -179,7 +180,7 @@ import Testing
                 }
             }
             func delivered() -> Set<String> { Set(simulator.deliveries().map(\.payload).compactMap(alertBody)) }
-            for _ in 0..<2000 where delivered().isDisjoint(with: ["2", "3"]) { try await Task.sleep(for: .milliseconds(5)) }
+            try await waitUntil("push 2 or 3 delivered", timeout: .seconds(10)) { !delivered().isDisjoint(with: ["2", "3"]) }
             try await Task.sleep(for: .milliseconds(50))  // the GOAWAY reaches the client
             // A new request opens a new connection; before, opening it closed the old one and failed 2 and 3.
             // (Sent before the client read the GOAWAY, it is refused unprocessed, which APNs says is safe to retry.)
@@ -236,7 +237,7 @@ func holdTheOnlyTurn(_ client: APNsClient, _ simulator: APNsSimulator) async thr
     simulator.setFaults(faults)
     let before = simulator.requestsReceived
     let holder = HeldTurn(client)
-    while simulator.requestsReceived == before { try await Task.sleep(for: .milliseconds(5)) }
+    try await waitUntil("the simulator holding the request", interval: .milliseconds(5)) { simulator.requestsReceived != before }
     return holder
 }
 

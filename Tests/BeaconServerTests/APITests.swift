@@ -2,6 +2,7 @@ import BeaconClient
 import BeaconCore
 import BeaconProtocol
 import BeaconServer
+import BeaconTesting
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -26,7 +27,7 @@ import Testing
                 "POST", "/token", ["grant_type": "password", "username": "alice", "password": "pw"], anonymous: true)
             #expect(good.json["user"]?["username"] == "alice")
             #expect(good.json["expires_in"]?.intValue == 7 * 24 * 3600)
-            let otherApp = try await TestBeacon.rest(
+            let otherApp = try await REST.call(
                 beacon.baseURL, "POST", "/acme/nope/token", body: ["grant_type": "password"], token: nil)
             #expect(otherApp.0 == 404)
             #expect(otherApp.1["error"] == "organization_application_not_found")
@@ -71,7 +72,7 @@ import Testing
 
             // Another app's token never works here.
             let other = try await AppProvisioning.create(AppKey(org: "acme", name: "other"), in: beacon.store)
-            let otherToken = try await TestBeacon.rest(
+            let otherToken = try await REST.call(
                 beacon.baseURL, "POST", "/acme/other/token",
                 body: [
                     "grant_type": "client_credentials", "client_id": .string(other.clientID), "client_secret": .string(other.clientSecret),

@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconTesting
 import Foundation
 import HTTPTypes
 import Hummingbird

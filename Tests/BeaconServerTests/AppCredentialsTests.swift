@@ -1,6 +1,6 @@
 import BeaconCore
 import BeaconStorage
-import BeaconTestSupport
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -217,13 +217,13 @@ import Testing
             let port = try #require(ready.split(separator: ":").last.map { $0.filter(\.isNumber) }.flatMap { Int($0) })
             let baseURL = try #require(URL(string: "http://127.0.0.1:\(port)"))
             func token(_ secret: String) async throws -> (status: Int, token: String?) {
-                let (status, answer) = try await TestBeacon.rest(
+                let (status, answer) = try await REST.call(
                     baseURL, "POST", "/acme/chat/token", body: Self.grant(clientID: clientID, secret: secret), token: nil)
                 return (status, answer["access_token"]?.stringValue)
             }
             let oldSecret = try #require(old["client_secret"])
             let oldToken = try #require(try await token(oldSecret).token)
-            #expect(try await TestBeacon.rest(baseURL, "GET", "/acme/chat/users", body: nil, token: oldToken).0 == 200)
+            #expect(try await REST.call(baseURL, "GET", "/acme/chat/users", body: nil, token: oldToken).0 == 200)
 
             let rotated = try await runToExit(
                 BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--json", "--data-dir", data])
@@ -235,14 +235,13 @@ import Testing
 
             #expect(try await token(try #require(old["client_secret"])).status == 400)
             var status = 200
-            let deadline = ContinuousClock.now + .seconds(20)
-            while status == 200, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(200))
-                status = try await TestBeacon.rest(baseURL, "GET", "/acme/chat/users", body: nil, token: oldToken).0
+            try await waitUntil("the old token refused", timeout: .seconds(20), interval: .milliseconds(200)) {
+                status = try await REST.call(baseURL, "GET", "/acme/chat/users", token: oldToken).status
+                return status != 200
             }
             #expect(status == 401)
             let newToken = try #require(try await token(newSecret).token)
-            #expect(try await TestBeacon.rest(baseURL, "GET", "/acme/chat/users", body: nil, token: newToken).0 == 200)
+            #expect(try await REST.call(baseURL, "GET", "/acme/chat/users", body: nil, token: newToken).0 == 200)
 
             // Without --json: the secret on its own line; an app that does not exist fails.
             let text = try await runToExit(BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--data-dir", data])

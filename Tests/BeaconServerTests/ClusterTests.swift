@@ -3,6 +3,7 @@ import BeaconCore
 import BeaconProtocol
 import BeaconServer
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import PostgresNIO
 import Testing
@@ -46,13 +47,11 @@ struct ClusterTests {
             let first = try await RawDevice.connect(a, "bob", device: "phone")
             let second = try await RawDevice.connect(b, "bob", device: "phone")
             try await first.frames.wait { $0.contains { if case .closing("replaced") = $0 { true } else { false } } }
-            await first.close()
+            try await first.close()
             // The replaced connection ending does not take the device offline: it is connected to the other node.
             #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1) == ["bob": ["phone"]])
-            await second.close()
-            for _ in 0..<500 where try await !b.presence.onlineDevices(of: ["bob"], app: 1).isEmpty {
-                try await Task.sleep(for: .milliseconds(10))
-            }
+            try await second.close()
+            try await waitUntil("bob offline", timeout: .seconds(10)) { try await b.presence.onlineDevices(of: ["bob"], app: 1).isEmpty }
             #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
         }
     }
@@ -65,7 +64,7 @@ struct ClusterTests {
             let (status, _) = try await b.rest("POST", "/users/bob/disconnect")
             #expect(status == 200)
             try await device.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
-            await device.close()
+            try await device.close()
         }
     }
 
@@ -79,8 +78,8 @@ struct ClusterTests {
             #expect(status == 200 && answer["data"]?["result"] == true)
             try await phone.frames.wait { $0.contains { if case .closing("kicked") = $0 { true } else { false } } }
             #expect(!pad.frames.items.contains { if case .closing = $0 { true } else { false } })
-            await phone.close()
-            await pad.close()
+            try await phone.close()
+            try await pad.close()
         }
     }
 
@@ -100,7 +99,7 @@ struct ClusterTests {
                 try await b.deliveries(of: "bob") {
                     $0.first?["status"]?.stringValue == "skipped" && $0.first?["reason"]?.stringValue == "online"
                 }
-                await phone.close()
+                try await phone.close()
                 let records = try await b.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
                 #expect(records.filter { $0["status"]?.stringValue == "sent" }.count == 1)
                 #expect(simulator.deliveries(deviceToken: String(repeating: "ab", count: 32)).count == 1)
@@ -162,7 +161,7 @@ struct ClusterTests {
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
-                await phone.close()
+                try await phone.close()
                 let records = try await a.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
                 #expect(records.filter { $0["status"]?.stringValue == "sent" }.count == 1)
                 #expect(simulator.deliveries(deviceToken: token).count == 1)
@@ -196,8 +195,8 @@ struct ClusterTests {
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
                 #expect(status == 200)
                 try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
-                await phone.close()
-                for _ in 0..<1000 where failures.withLock({ $0 }) < 1 { try await Task.sleep(for: .milliseconds(10)) }
+                try await phone.close()
+                try await waitUntil("the presence write failed") { failures.withLock { $0 } >= 1 }
                 #expect(failures.withLock { $0 } >= 1)
                 // The row stayed: bob counts as online although his only connection ended.
                 #expect(try await a.presence.onlineDevices(of: ["bob"], app: 1) == ["bob": ["phone"]])
@@ -206,7 +205,7 @@ struct ClusterTests {
                 #expect(try await a.presence.onlineDevices(of: ["carol"], app: 1) == ["carol": ["pad"]])  // still connected
                 try await a.deliveries(of: "bob") { $0.contains { $0["status"]?.stringValue == "sent" } }
                 #expect(simulator.deliveries(deviceToken: token).count == 1)
-                await carol.close()
+                try await carol.close()
             }
         }
     }
@@ -222,8 +221,8 @@ struct ClusterTests {
             // This test's two listeners (other tests run beside it on the same server).
             let channels = try [a, b].map { "'LISTEN \"beacon_node_\(try #require($0.clusterNode).epoch)\";'" }.joined(separator: ",")
             let listening = "SELECT count(*) AS n FROM pg_stat_activity WHERE query IN (\(channels))"
-            for _ in 0..<500 where try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 < 2 {
-                try await Task.sleep(for: .milliseconds(10))
+            try await waitUntil("both nodes listening", timeout: .seconds(10)) {
+                try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2
             }
             let killed = try await store.execute(
                 PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query IN (\(channels))"))
@@ -235,8 +234,8 @@ struct ClusterTests {
             }
             #expect(try await bob.messages.wait { $0.count >= 5 }.count == 5)
             // Both nodes listen again.
-            for _ in 0..<1000 where try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 < 2 {
-                try await Task.sleep(for: .milliseconds(10))
+            try await waitUntil("both nodes listening", timeout: .seconds(10)) {
+                try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2
             }
             #expect(try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2)
             await bob.client.logout()

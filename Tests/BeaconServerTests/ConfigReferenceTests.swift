@@ -1,4 +1,4 @@
-import BeaconTestSupport
+import BeaconTesting
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconServer
+import BeaconTesting
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconProtocol
+import BeaconTesting
 import Crypto
 import Foundation
 import HummingbirdWSClient
@@ -58,7 +59,7 @@ import Testing
                     }
                 }
             }
-            while ledger.withLock({ $0.acknowledged.count }) < 400 { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("400 sends acknowledged", timeout: .seconds(120)) { ledger.withLock { $0.acknowledged.count } >= 400 }
             server.process.signal(SIGKILL)
             await load.value
             _ = await server.process.exitStatus(within: .seconds(10))
@@ -76,10 +77,10 @@ import Testing
             _ = try await simulator.control("PUT", "/faults", faults)
             let wanted = Dictionary(uniqueKeysWithValues: expected.map { ($0.value, Self.deviceToken(for: $0.key.receiver)) })
             var pushes: [String: Int] = [:]
-            for _ in 0..<600 {
+            // (Not thrown: what is missing is reported below.)
+            try? await waitUntil("every wanted message pushed", timeout: .seconds(60), interval: .milliseconds(100)) {
                 pushes = try await Self.pushesByMessage(simulator)
-                if wanted.keys.allSatisfy({ pushes[$0, default: 0] > 0 }) { break }
-                try await Task.sleep(for: .milliseconds(100))
+                return wanted.keys.allSatisfy { pushes[$0, default: 0] > 0 }
             }
             let unpushed = wanted.keys.filter { pushes[$0, default: 0] == 0 }
             #expect(unpushed.isEmpty, "\(unpushed.count) stored messages were never pushed")
@@ -118,7 +119,7 @@ import Testing
     @Test func sigtermTellsDevicesAndExitsCleanly() async throws {
         try await Self.withBeaconProcesses { _, simulator, server, appToken in
             // The simulator's control API refuses a delay its timers cannot hold (before: the next answer trapped it).
-            let refused = try await TestBeacon.rest(
+            let refused = try await REST.call(
                 simulator.controlURL, "PUT", "/faults", body: ["delay_ms": 10_000_000_000_000], token: nil)
             #expect(refused.0 == 400)
             #expect(try await simulator.control("GET", "/deliveries")["count"] == 0)
@@ -137,10 +138,9 @@ import Testing
                     }
                 }
             }
-            for _ in 0..<3000 where !frames.withLock({ $0.contains { if case .synced = $0 { true } else { false } } }) {
-                try await Task.sleep(for: .milliseconds(10))
+            try await waitUntil("connected and synced", timeout: .seconds(30)) {
+                frames.withLock { $0.contains { if case .synced = $0 { true } else { false } } }
             }
-            #expect(frames.withLock { $0.contains { if case .synced = $0 { true } else { false } } }, "connected and synced within 30 s")
             server.process.signal(SIGTERM)
             let status = await server.process.exitStatus(within: .seconds(30))
             await server.process.stop()  // if it did not exit, its socket closes now and the device's read ends
@@ -233,7 +233,7 @@ import Testing
             ["from": .string(send.sender), "to": [.string(send.receiver)], "type": "txt", "body": ["msg": .string(send.reference)]],
             token: appToken, headers: ["Idempotency-Key": send.reference])
         guard status == 200, let id = answer["data"]?[send.receiver]?.stringValue else {
-            throw HTTPError(description: "\(status) \(answer)")
+            throw TestFailure("\(status) \(answer)")
         }
         return id
     }
@@ -275,7 +275,7 @@ import Testing
                 continue
             }
             if case .sent(reference, let id, _) = frame { return id }
-            if case .error(reference?, let code, let description) = frame { throw HTTPError(description: "\(code): \(description)") }
+            if case .error(reference?, let code, let description) = frame { throw TestFailure("\(code): \(description)") }
         }
         return nil
     }

@@ -1,4 +1,5 @@
 import APNsSimulator
+import BeaconTesting
 import Foundation
 import Testing
 

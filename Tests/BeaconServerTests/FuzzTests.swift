@@ -1,6 +1,7 @@
 import BeaconClient
 import BeaconCore
 import BeaconProtocol
+import BeaconTesting
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -167,9 +168,8 @@ import Testing
                     // Then a well-formed send must still be answered.
                     let probe = ClientFrame.send(.init(id: "probe", to: "bob", chatType: .chat, type: .txt, body: ["msg": "still here"]))
                     try await outbound.write(.text(String(decoding: try JSONEncoder().encode(probe), as: UTF8.self)))
-                    for _ in 0..<2000 where !answers.withLock({ $0.contains { if case .sent("probe", _, _) = $0 { true } else { false } } })
-                    {
-                        try await Task.sleep(for: .milliseconds(10))
+                    try await waitUntil("the probe answered") {
+                        answers.withLock { $0.contains { if case .sent("probe", _, _) = $0 { true } else { false } } }
                     }
                     try await outbound.close(.normalClosure, reason: nil)
                     group.cancelAll()
@@ -214,11 +214,11 @@ import Testing
             let bob = try await RawDevice.connect(beacon, "bob", device: "phone")
             bob.send(#"{"op":"ack","seq":9223372036854775807}"#)
             _ = try await bob.frames.wait { $0.contains { if case .error(nil, "illegal_argument", _) = $0 { true } else { false } } }
-            await bob.close()
+            try await bob.close()
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "later"]])
             let again = try await RawDevice.connect(beacon, "bob", device: "phone")
             #expect(again.stored.map(\.text) == ["later"])
-            await again.close()
+            try await again.close()
         }
     }
 

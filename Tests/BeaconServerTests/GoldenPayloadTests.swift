@@ -1,5 +1,6 @@
 import APNsSimulator
 import BeaconCore
+import BeaconTesting
 import Foundation
 import Testing
 

@@ -3,6 +3,7 @@ import BeaconClient
 import BeaconCore
 import BeaconProtocol
 import BeaconServer
+import BeaconTesting
 import Crypto
 import Foundation
 import Testing
@@ -148,7 +149,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             simulator.setFaults(faults)
             _ = try await beacon.rest(
                 "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for bob"]])
-            for _ in 0..<1000 where simulator.deliveries().count < 2 { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("two of the three pushes at APNs", timeout: .seconds(10)) { simulator.deliveries().count >= 2 }
             try #require(simulator.deliveries().count >= 2, "two of the three pushes reach APNs within 10 s")
             let delivered = Set(simulator.deliveries().map(\.deviceToken))
             let waiting = try #require(tokens.first { !delivered.contains($0) })
@@ -258,7 +259,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await device.frames.wait { frames in frames.contains { if case .message = $0 { true } else { false } } }
             #expect(try await beacon.deliveries(of: "bob").first?["reason"] == "online")
             // The socket dies before the device acknowledged the message.
-            await device.close()
+            try await device.close()
             let records = try await beacon.deliveries(of: "bob") { $0.first?["status"] == "sent" }
             #expect(records.count == 1)
             #expect(simulator.deliveries(deviceToken: phone).map(\.payload.badge) == [1])
@@ -274,7 +275,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             let laptop = try await beacon.connect("bob", device: "laptop")
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "seen"]])
             _ = try await laptop.messages.wait { $0.contains { $0.content == .text("seen") } }
-            await device.close()
+            try await device.close()
             await laptop.client.logout()
             try await Task.sleep(for: .milliseconds(300))
             #expect(try await beacon.deliveries(of: "bob").map(\.["reason"]) == ["online"])
@@ -297,9 +298,9 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             }
             // The route has seen bob online and is held; bob's device leaves now.
             try await gate.waitForArrivals(1)
-            await device.close()
-            for _ in 0..<500 where try await !beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty {
-                try await Task.sleep(for: .milliseconds(10))
+            try await device.close()
+            try await waitUntil("bob offline", timeout: .seconds(10)) {
+                try await beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty
             }
             gate.open()
             #expect(try await send.value.status == 200)
@@ -318,7 +319,7 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             try await beacon.uploadP8()
             _ = try await beacon.bind("bob", token: phone)
             let broken = RawDevice(beacon: beacon, token: try await beacon.userToken("bob"), device: "broken")
-            await broken.close()
+            try await broken.close()
             #expect(!broken.frames.items.contains { if case .welcome = $0 { true } else { false } })
             #expect(try await beacon.presence.onlineDevices(of: ["bob"], app: 1).isEmpty)
             _ = try await beacon.rest("POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
@@ -340,153 +341,6 @@ private let carolsPhone = String(repeating: "c3", count: 32)
             }
             _ = try await beacon.pushOutcomes.attempts(2)
             #expect(simulator.deliveries(deviceToken: phone).map(\.payload.badge) == [1, 2])
-        }
-    }
-}
-
-@Suite struct IdempotentSendTests {
-    @Test func aRetriedRESTSendStoresOnceAndAnswersTheSameIDs() async throws {
-        try await TestBeacon.run { beacon in
-            try await beacon.createUsers("alice", "bob", "carol")
-            var request = URLRequest(url: URL(string: beacon.baseURL.absoluteString + "/acme/chat/messages/users")!)
-            request.httpMethod = "POST"
-            request.setValue("Bearer \(beacon.appToken)", forHTTPHeaderField: "Authorization")
-            request.setValue("retry-1", forHTTPHeaderField: "Idempotency-Key")
-            request.httpBody = Data(#"{"from":"alice","to":["bob","carol"],"type":"txt","body":{"msg":"once"}}"#.utf8)
-            let first = try JSONDecoder().decode(JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
-            let second = try JSONDecoder().decode(
-                JSONValue.self, from: try await URLSession.shared.dataIgnoringCancellation(for: request).0)
-            #expect(first["data"] == second["data"])
-            #expect(first["data"]?["carol"]?.stringValue != nil)
-            let body: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "twice?"], "msg_id": "client-7"]
-            let a = try await beacon.rest("POST", "/messages/users", body)
-            let b = try await beacon.rest("POST", "/messages/users", body)
-            #expect(a.json["data"] == b.json["data"])
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "2")
-            #expect(try await beacon.rest("GET", "/users/carol/offline_msg_count").json["data"]?["carol"] == "1")
-            // References are per sender: another sender's "client-7" is another message (before: carol's was dropped).
-            let fromCarol = try await beacon.rest(
-                "POST", "/messages/users", ["from": "carol", "to": ["bob"], "type": "txt", "body": ["msg": "mine"], "msg_id": "client-7"])
-            #expect(fromCarol.json["data"]?["bob"] != a.json["data"]?["bob"])
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
-            // All or nothing: one unknown target stores nothing for the others.
-            _ = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["bob", "ghost"], "type": "txt", "body": ["msg": "no"]])
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "3")
-        }
-    }
-
-    @Test func aRetriedWebSocketSendIsAnsweredWithTheFirstMessage() async throws {
-        try await TestBeacon.run { beacon in
-            try await beacon.createUsers("alice", "bob")
-            let device = try await RawDevice.connect(beacon, "alice", device: "d1")
-            let send = #"{"op":"send","id":"s-1","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"hi"}}"#
-            device.send(send)
-            device.send(send)
-            device.send(#"{"op":"send","id":"bad-1","to":5}"#)
-            // Malformed JSON in the body alone (a string cut through an emoji, a number beyond a double): the id still comes back.
-            device.send(#"{"op":"send","id":"bad-2","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"hi \ud83d"}}"#)
-            device.send(#"{"op":"send","id":"bad-3","to":"bob","chat_type":"chat","type":"txt","body":{"n":1e400}}"#)
-            let errorIDs: @Sendable ([ServerFrame]) -> [String] = { frames in
-                frames.compactMap { if case .error(let id, "json_parse", _) = $0 { id } else { nil } }
-            }
-            let frames = try await device.frames.wait {
-                $0.filter { if case .sent = $0 { true } else { false } }.count == 2 && errorIDs($0).count == 3
-            }
-            let ids = frames.compactMap { frame -> String? in if case .sent(_, let id, _) = frame { id } else { nil } }
-            #expect(ids.count == 2 && ids[0] == ids[1])
-            #expect(errorIDs(frames) == ["bad-1", "bad-2", "bad-3"])
-            #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "1")
-            await device.close()
-        }
-    }
-
-    @Test func syncResendsEverythingAfterTheAcknowledgedCursor() async throws {
-        try await TestBeacon.run { beacon in
-            try await beacon.createUsers("alice", "bob")
-            let device = try await RawDevice.connect(beacon, "bob", device: "d1")
-            for text in ["1", "2", "3"] {
-                _ = try await beacon.rest(
-                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
-            }
-            try await device.frames.wait { RawDevice.stored(in: $0).count == 3 }
-            device.send(#"{"op":"ack","seq":1}"#)
-            try await Task.sleep(for: .milliseconds(200))  // the cursor is batched; the sync reads the book anyway
-            device.send(#"{"op":"sync"}"#)
-            try await device.frames.wait { RawDevice.stored(in: $0).count == 5 }
-            #expect(device.stored.map(\.seq) == [1, 2, 3, 2, 3])
-            await device.close()
-        }
-    }
-}
-
-@Suite struct SecretTests {
-    @Test func theDataDirectoryIsPrivateAndHoldsNoSigningKey() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-secret-\(UUID().uuidString)")
-        let token = try await TestBeacon.run(directory: directory) { beacon in
-            try await beacon.createUsers("bob")
-            return try await beacon.userToken("bob")
-        }
-        let attributes = { (path: String) in
-            (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue
-        }
-        let directoryMode = try attributes(directory.path)
-        let databaseMode = try attributes(directory.appendingPathComponent("beacon.sqlite").path)
-        #expect(directoryMode == 0o700)
-        #expect(databaseMode == 0o600)
-        let database = try Data(contentsOf: directory.appendingPathComponent("beacon.sqlite"))
-        #expect(database.range(of: Data("token_signing_key".utf8)) == nil)
-        // The key is derived from the secret key: a restarted server still accepts the token.
-        let status = try await TestBeacon.run(directory: directory) { beacon in
-            try await beacon.rest("GET", "/users/bob", token: token).status
-        }
-        #expect(status == 200)
-    }
-}
-
-@Suite struct CollapseTests {
-    @Test func everyPushCarriesACollapseID() async throws {
-        try await withPushBeacon { beacon, simulator in
-            try await beacon.createUsers("alice", "bob")
-            try await beacon.uploadP8()
-            _ = try await beacon.bind("bob", token: phone)
-            let sent = try await beacon.rest(
-                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]])
-            _ = try await beacon.rest(
-                "POST", "/messages/users",
-                [
-                    "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"],
-                    "ext": ["em_apns_ext": ["em_push_collapse_key": "thread-9"]],
-                ])
-            _ = try await beacon.pushOutcomes.attempts(2)
-            // The documented form: base64url (unpadded) of SHA-256 over the sender, a NUL and the key.
-            let keyed = Data(SHA256.hash(data: Array("alice\u{0}thread-9".utf8))).base64EncodedString()
-                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-            #expect(keyed.count == 43)
-            #expect(simulator.deliveries(deviceToken: phone).map(\.collapseID) == [sent.json["data"]?["bob"]?.stringValue, keyed])
-        }
-    }
-
-    /// mallory cannot replace alice's notification on bob's lock screen: neither alice's message id nor alice's own key,
-    /// used as mallory's collapse key, gives mallory's push the collapse id of alice's (issue 22).
-    @Test func aSenderCannotCollapseAnotherSendersNotification() async throws {
-        try await withPushBeacon { beacon, simulator in
-            try await beacon.createUsers("alice", "bob", "mallory")
-            try await beacon.uploadP8()
-            _ = try await beacon.bind("bob", token: phone)
-            func send(_ from: String, key: String?) async throws -> String? {
-                let ext: JSONValue = key.map { ["em_apns_ext": ["em_push_collapse_key": .string($0)]] } ?? [:]
-                let body: JSONValue = ["from": .string(from), "to": ["bob"], "type": "txt", "body": ["msg": "x"], "ext": ext]
-                return try await beacon.rest("POST", "/messages/users", body).json["data"]?["bob"]?.stringValue
-            }
-            let plain = try #require(try await send("alice", key: nil))
-            _ = try await send("alice", key: "thread-9")
-            _ = try await send("mallory", key: plain)
-            _ = try await send("mallory", key: "thread-9")
-            _ = try await beacon.pushOutcomes.attempts(4)
-            let ids = simulator.deliveries(deviceToken: phone).map(\.collapseID)
-            #expect(ids.count == 4 && Set(ids).count == 4, "\(ids)")
-            #expect(ids.first == plain)
         }
     }
 }

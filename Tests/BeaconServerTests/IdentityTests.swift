@@ -3,7 +3,7 @@ import BeaconCore
 import BeaconProtocol
 import BeaconServer
 import BeaconStorage
-import BeaconTestSupport
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -89,7 +89,7 @@ private let phone = String(repeating: "cd", count: 32)
                     .status == 200)
             let read = try await reader.frames.wait(until: kicked)
             #expect(!read.contains { if case .message = $0 { true } else { false } }, "\(read)")
-            await reader.close()
+            try await reader.close()
 
             // Writing: a send and a badge of the old session do nothing.
             let writer = try await RawDevice.connect(beacon, "alice", device: "pad")
@@ -101,14 +101,14 @@ private let phone = String(repeating: "cd", count: 32)
             #expect(!written.contains { if case .sent = $0 { true } else { false } })
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0")
             #expect(try await beacon.rest("GET", "/users/alice/push/badge").json["data"]?["badge"] != 7)
-            await writer.close()
+            try await writer.close()
 
             // On its own node, the deletion closes the session at once.
             let again = try await RawDevice.connect(beacon, "alice", device: "tv")
             _ = try await again.frames.wait(until: synced)
             #expect(try await beacon.rest("DELETE", "/users/alice").status == 200)
             _ = try await again.frames.wait(until: kicked)
-            await again.close()
+            try await again.close()
         }
     }
 

@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -83,7 +84,7 @@ import Testing
                 }
                 let answers = again.compactMap { frame -> String? in if case .sent("s1", let id, _) = frame { id } else { nil } }
                 #expect(answers.count == 2 && answers[0] == answers[1])
-                await device.close()
+                try await device.close()
                 let refused = try await beacon.rest("POST", "/messages/users", message, token: alice)
                 #expect(refused.status == 429 && refused.json["error"] == "too_many_requests", "\(refused.json)")
                 // The app's sends for alice count against the app: 2 of its 5 are used.

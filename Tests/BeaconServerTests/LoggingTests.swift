@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconServer
+import BeaconTesting
 import Foundation
 import Logging
 import Synchronization
@@ -63,9 +64,9 @@ import Testing
                 // The sweep retries the pending route once it is old enough, and fails again.
                 clock.advance(seconds: 10)
                 var failures: [JSONValue] = []
-                for _ in 0..<200 where failures.isEmpty {
+                try await waitUntil("the failed retry logged", timeout: .seconds(10), interval: .milliseconds(50)) {
                     failures = lines.objects.filter { $0["message"] == "routing a pending message failed" }
-                    if failures.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+                    return !failures.isEmpty
                 }
                 let failure = try #require(failures.first)
                 // The metadata's `message` (shadowed by the line's own as `_message`) is the id alone.

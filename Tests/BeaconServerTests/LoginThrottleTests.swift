@@ -1,4 +1,5 @@
 import BeaconCore
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -208,7 +209,7 @@ private func counts(_ throttle: LoginThrottle) -> [Int] {
     private static func login(_ beacon: TestBeacon, _ username: String, _ password: String, forwardedFor: String) async throws -> (
         Int, JSONValue
     ) {
-        try await TestBeacon.rest(
+        try await REST.call(
             beacon.baseURL, "POST", "/acme/chat/token",
             body: ["grant_type": "password", "username": .string(username), "password": .string(password)], token: nil,
             headers: ["X-Forwarded-For": forwardedFor])

@@ -1,5 +1,6 @@
 import BeaconClient
 import BeaconCore
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -162,12 +163,9 @@ import Testing
             // (The SDK acknowledges a message when the app asks for the next one, which the test's collector does just after
             // it hands over the third: so the last ack may follow this send. Read until it is recorded, at most 10 s.)
             _ = try await bob.send(to: "alice", "got them")
-            var bobOffline = try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"]
-            for _ in 0..<1000 where bobOffline != "0" {
-                try await Task.sleep(for: .milliseconds(10))
-                bobOffline = try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"]
+            try await waitUntil("bob's acknowledgements recorded", timeout: .seconds(10)) {
+                try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0"
             }
-            #expect(bobOffline == "0")
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_status/\(bobID)").json["data"]?[bobID] == "delivered")
         }
     }
@@ -197,7 +195,7 @@ import Testing
             #expect(try await beacon.rest("POST", "/users/bob/disconnect").status == 200)
             try await phone.events.wait { $0.contains(.kicked) }
             try await pad.events.wait { $0.contains(.kicked) }
-            for _ in 0..<500 where try await connected() != .array([]) { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("no device of bob connected", timeout: .seconds(10)) { try await connected() == .array([]) }
             #expect(try await connected() == .array([]))
             #expect(try await beacon.rest("GET", "/users/bob", token: token).status == 401)
             // Logging in again works.
@@ -223,8 +221,8 @@ import Testing
             #expect(status == 200 && answer["data"]?["result"] == true)
             try await phone.events.wait { $0.contains(.kicked) }
             func connected() async throws -> JSONValue? { try await beacon.rest("GET", "/users/bob/resources").json["entities"] }
-            for _ in 0..<500 where try await connected() != .array([.object(["res": "pad"])]) {
-                try await Task.sleep(for: .milliseconds(10))
+            try await waitUntil("the pad alone connected", timeout: .seconds(10)) {
+                try await connected() == .array([.object(["res": "pad"])])
             }
             #expect(try await connected() == .array([.object(["res": "pad"])]))
             #expect(!pad.events.items.contains(.kicked))
@@ -233,16 +231,12 @@ import Testing
             #expect(try await beacon.rest("DELETE", "/users/bob/disconnect/phone").json["data"]?["result"] == false)
             // Both are listed, the pad online, each with when it was seen (its connection's cursor write, ≤ 100 ms).
             var devices: [JSONValue] = []
-            for _ in 0..<500 {
+            try await waitUntil("both devices listed with their last-seen times", timeout: .seconds(10)) {
                 devices = try await beacon.rest("GET", "/users/bob/devices").json["entities"]?.arrayValue ?? []
                 // The phone's last-seen time is written after it is gone from the resources, when its session's cursor is.
                 let phoneSeen = devices.first { $0["device_id"] == "phone" }?["last_seen"]?.intValue
-                if devices.count == 2, devices.allSatisfy({ $0["last_seen"]?.intValue != nil }),
-                    let phoneSeen, Int64(phoneSeen) >= beforeDisconnect
-                {
-                    break
-                }
-                try await Task.sleep(for: .milliseconds(10))
+                return devices.count == 2 && devices.allSatisfy { $0["last_seen"]?.intValue != nil }
+                    && phoneSeen.map { Int64($0) >= beforeDisconnect } == true
             }
             #expect(devices.map { $0["device_id"] } == ["pad", "phone"])
             #expect(devices.map { $0["online"] } == [true, false])

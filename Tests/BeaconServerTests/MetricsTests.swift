@@ -1,6 +1,7 @@
 import APNsSimulator
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import GRDB
 import HummingbirdWSClient
@@ -18,7 +19,7 @@ private let phone = String(repeating: "ef", count: 32)
 @Suite struct MetricsTests {
     /// The exposition's lines.
     private static func metrics(_ beacon: TestBeacon) async throws -> Set<String> {
-        let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil)
+        let (status, body) = try await REST.call(beacon.baseURL, "GET", "/metrics")
         #expect(status == 200)
         return Set((body.stringValue ?? "").split(separator: "\n").map(String.init))
     }
@@ -77,12 +78,11 @@ private let phone = String(repeating: "ef", count: 32)
                 "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "unbound"]])
             _ = try await beacon.deliveries(of: "bob") { $0.count == 3 }
             // The logout's connection ends on the server after the answer: its count comes shortly (at most 10 s here).
-            var after = try await Self.metrics(beacon)
+            var after: Set<String> = []
             // (The session counts the disconnect, then the connected devices: both, so no scrape falls between the two.)
-            for _ in 0..<100
-            where !after.contains("beacon_websocket_disconnects_total 1") || !after.contains("beacon_websocket_connected_devices 0.0") {
-                try await Task.sleep(for: .milliseconds(100))
+            try await waitUntil("the logout counted", timeout: .seconds(10), interval: .milliseconds(100)) {
                 after = try await Self.metrics(beacon)
+                return after.contains("beacon_websocket_disconnects_total 1") && after.contains("beacon_websocket_connected_devices 0.0")
             }
             #expect(after.contains(#"beacon_apns_requests_total{status="410",reason="Unregistered"} 1"#))
             #expect(after.contains("beacon_push_bindings_removed_total 1"))
@@ -113,13 +113,13 @@ private let phone = String(repeating: "ef", count: 32)
 
     @Test func readinessNamesEachCheck() async throws {
         try await withPushBeacon { beacon, _ in
-            let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
+            let (status, body) = try await REST.call(beacon.baseURL, "GET", "/ready")
             #expect(status == 200)
             #expect(body == Self.checks(beacon, ["status": "ready", "store": "ok", "migrations": "done", "push_worker": "running"]))
-            #expect(try await TestBeacon.rest(beacon.baseURL, "GET", "/health", body: nil, token: nil).1 == "ok")
+            #expect(try await REST.call(beacon.baseURL, "GET", "/health").1 == "ok")
             // Unknown paths share one route label, whatever they are.
             for path in ["/nope", "/acme/chat/nothing/here"] {
-                #expect(try await TestBeacon.rest(beacon.baseURL, "GET", path, body: nil, token: nil).0 == 404)
+                #expect(try await REST.call(beacon.baseURL, "GET", path).0 == 404)
             }
             let lines = try await Self.metrics(beacon)
             #expect(lines.contains(#"beacon_http_requests_total{route="NotFound",method="GET",status="404"} 2"#))
@@ -157,7 +157,7 @@ private let phone = String(repeating: "ef", count: 32)
                 Issue.record("unknown store \(type(of: beacon.store))")
                 return
             }
-            let (status, body) = try await TestBeacon.rest(beacon.baseURL, "GET", "/ready", body: nil, token: nil)
+            let (status, body) = try await REST.call(beacon.baseURL, "GET", "/ready")
             #expect(status == 503)
             #expect(
                 body

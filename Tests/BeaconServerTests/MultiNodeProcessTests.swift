@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconProtocol
+import BeaconTesting
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -8,10 +9,8 @@ import Testing
 
 @testable import BeaconPostgres
 
-private let postgresURL = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"]
-
 /// Three real `beacon serve` processes on one PostgreSQL, one of them killed with SIGKILL under load.
-@Suite(.serialized, .enabled(if: postgresURL != nil, "needs BEACON_TEST_POSTGRES_URL"))
+@Suite(.serialized, .enabled(if: StoreKind.postgresURL != nil, "needs BEACON_TEST_POSTGRES_URL"))
 struct MultiNodeProcessTests {
     /// Senders write through all three nodes; r0 has a device on node 0 that acknowledges nothing, r1 a device on node 2
     /// that reads live. Node 0 is killed. Within seconds another node declares it dead: its claimed pushes and r0's
@@ -22,10 +21,8 @@ struct MultiNodeProcessTests {
         try await withTemporaryDirectory { directory in
             let simulator = try await SimulatorProcess.start(in: directory)
             defer { Task { await simulator.process.stop() } }
-            let base = try #require(postgresURL)
-            let schema = "p_" + UUID().uuidString.lowercased().filter { $0.isLetter || $0.isNumber }
             let environment = [
-                "BEACON_DATABASE_URL": base + (base.contains("?") ? "&" : "?") + "schema=\(schema)",
+                "BEACON_DATABASE_URL": try StoreKind.freshPostgresURL(),
                 "BEACON_SECRET_KEY": Data(repeating: 9, count: 32).base64EncodedString(),
             ]
             let credentials = try await CrashTests.createApp(directory.appendingPathComponent("unused"), environment: environment)
@@ -68,7 +65,7 @@ struct MultiNodeProcessTests {
                     }
                 }
             }
-            while ledger.withLock({ $0.acknowledged.count }) < 150 { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("150 sends acknowledged", timeout: .seconds(120)) { ledger.withLock { $0.acknowledged.count } >= 150 }
             nodes[0].process.signal(SIGKILL)
             let killedAt = ContinuousClock.now
             _ = await nodes[0].process.exitStatus(within: .seconds(10))
@@ -89,10 +86,10 @@ struct MultiNodeProcessTests {
             // r1's device reads and acknowledges live: its messages are skipped `online`, rightly never pushed.
             let wanted = Set(expected.filter { $0.key.receiver != "r1" }.values)
             var pushes: [String: Int] = [:]
-            for _ in 0..<600 {
+            // (Not thrown: what is missing is reported below.)
+            try? await waitUntil("every wanted message pushed", timeout: .seconds(60), interval: .milliseconds(100)) {
                 pushes = try await CrashTests.pushesByMessage(simulator)
-                if wanted.allSatisfy({ pushes[$0, default: 0] > 0 }) { break }
-                try await Task.sleep(for: .milliseconds(100))
+                return wanted.allSatisfy { pushes[$0, default: 0] > 0 }
             }
             let allPushedAfter = killedAt.duration(to: .now)
             let unpushed = wanted.filter { pushes[$0, default: 0] == 0 }
@@ -135,14 +132,12 @@ struct MultiNodeProcessTests {
 
     /// The first line containing `marker` printed by any of the processes.
     static func firstLine(containing marker: String, in servers: [ServerProcess], timeout: Duration) async throws -> String {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            for server in servers {
-                if let line = server.process.lines.items.first(where: { $0.contains(marker) }) { return line }
-            }
-            try await Task.sleep(for: .milliseconds(50))
+        var found: String?
+        try await waitUntil("a process printing '\(marker)'", timeout: timeout, interval: .milliseconds(50)) {
+            found = servers.lazy.compactMap { server in server.process.lines.items.first { $0.contains(marker) } }.first
+            return found != nil
         }
-        throw HTTPError(description: "no process printed '\(marker)' within \(timeout)")
+        return found ?? ""
     }
 }
 

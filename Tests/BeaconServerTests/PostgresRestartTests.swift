@@ -1,6 +1,6 @@
 import BeaconCore
 import BeaconStorage
-import BeaconTestSupport
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -34,13 +34,9 @@ struct PostgresRestartTests {
             #expect(restart.status == 0)
 
             // The pools reconnect: a send succeeds again within a bounded time.
-            var status = 0
-            let deadline = ContinuousClock.now + .seconds(60)
-            while status != 200, ContinuousClock.now < deadline {
-                status = (try? await send("after 0")) ?? 0
-                if status != 200 { try await Task.sleep(for: .milliseconds(100)) }
+            try await waitUntil("a send accepted after the restart", timeout: .seconds(60), interval: .milliseconds(100)) {
+                (try? await send("after 0")) == 200
             }
-            #expect(status == 200)
             for index in 1..<5 { #expect(try await send("after \(index)") == 200) }
             let texts = try await bob.messages.wait { $0.count >= 6 }.map(\.content)
             #expect(texts.contains(.text("after 4")))

@@ -2,7 +2,7 @@ import BeaconAPNs
 import BeaconCore
 import BeaconSQLite
 import BeaconStorage
-import BeaconTestSupport
+import BeaconTesting
 import Crypto
 import Foundation
 import Logging

@@ -1,6 +1,7 @@
 import APNsSimulator
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import Testing
 

@@ -4,7 +4,7 @@ import BeaconClient
 import BeaconCore
 import BeaconServer
 import BeaconStorage
-import BeaconTestSupport
+import BeaconTesting
 import Crypto
 import Foundation
 import NIOSSL

@@ -2,6 +2,7 @@ import APNsSimulator
 import BeaconClient
 import BeaconCore
 import BeaconProtocol
+import BeaconTesting
 import Foundation
 import Testing
 
@@ -76,7 +77,7 @@ private let phone = String(repeating: "cd", count: 32)
             _ = try await laptop.frames.wait { $0.contains { if case .pong = $0 { true } else { false } } }  // read_all handled
             #expect(try await beacon.deliveries(of: "bob").filter { $0["push_type"] == "background" }.count == 1)
             // The next messages count from the read state.
-            await laptop.close()
+            try await laptop.close()
             _ = try await Self.sendText(beacon, from: "alice", to: "bob", "four")
             try await simulator.waitForDeliveries(deviceToken: phone, count: 5)
             _ = try await Self.sendText(beacon, from: "alice", to: "bob", "five")
@@ -121,7 +122,7 @@ private let phone = String(repeating: "cd", count: 32)
             #expect(
                 errors.compactMap { if case .error(_, let code, _) = $0 { code } else { nil } } == ["illegal_argument", "illegal_argument"])
             #expect(try await beacon.rest("GET", "/users/bob/push/badge").json["data"]?["badge"]?.intValue == 5)
-            await device.close()
+            try await device.close()
             // Bad REST input gets a stable code.
             #expect(try await beacon.rest("PUT", "/users/bob/push/badge", ["badge": -1]).json["error"] == "illegal_argument")
             #expect(try await beacon.rest("POST", "/users/bob/conversations/people/carol/read").json["error"] == "illegal_argument")
@@ -161,7 +162,7 @@ private let phone = String(repeating: "cd", count: 32)
             // A device that saw version 1 gets the marker changed since; one that saw version 2 gets none.
             func markersOnConnect(since version: Int) async throws -> [ReadState] {
                 let device = try await RawDevice.connect(beacon, "bob", device: "raw-\(version)", query: "&reads_since=\(version)")
-                await device.close()
+                try await device.close()
                 return device.frames.items.compactMap { if case .read(let state) = $0 { state } else { nil } }
             }
             #expect(try await markersOnConnect(since: 1).map(\.version) == [2])
@@ -176,9 +177,7 @@ private let phone = String(repeating: "cd", count: 32)
 extension APNsSimulator {
     /// Waits (polling, bounded) until the device has received `count` pushes.
     func waitForDeliveries(deviceToken: String, count: Int) async throws {
-        for _ in 0..<1000 where deliveries(deviceToken: deviceToken).count < count {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await waitUntil("\(count) pushes to the device", timeout: .seconds(20)) { deliveries(deviceToken: deviceToken).count >= count }
         #expect(deliveries(deviceToken: deviceToken).count >= count)
     }
 }

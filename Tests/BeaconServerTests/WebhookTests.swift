@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BeaconCore
+import BeaconTesting
 import Crypto
 import Foundation
 import Hummingbird
@@ -73,7 +74,7 @@ final class WebhookReceiver: Sendable {
             group.addTask { try await services.run() }
             defer { group.cancelAll() }
             var iterator = ports.makeAsyncIterator()
-            guard let port = await iterator.next() else { throw HTTPError(description: "receiver did not start") }
+            guard let port = await iterator.next() else { throw TestFailure("receiver did not start") }
             let receiver = WebhookReceiver(requests: received, url: "http://127.0.0.1:\(port)/hook")
             let result = try await body(receiver)
             await services.triggerGracefulShutdown()
@@ -92,13 +93,13 @@ final class WebhookReceiver: Sendable {
         return "sha256=" + mac.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
-    /// The webhook's state (`GET …/push/webhook`) once `settled` holds, read every 10 ms for at most 10 s, else the last
-    /// one read: Beacon records a delivery just after the receiver's answer reaches it, so the receiver knows first.
+    /// The webhook's state (`GET …/push/webhook`) once `settled` holds (at most 10 s): Beacon records a delivery just
+    /// after the receiver's answer reaches it, so the receiver knows first.
     private static func webhookState(_ beacon: TestBeacon, until settled: (JSONValue?) -> Bool) async throws -> JSONValue? {
-        var state = try await beacon.rest("GET", "/push/webhook").json["data"]
-        for _ in 0..<1000 where !settled(state) {
-            try await Task.sleep(for: .milliseconds(10))
+        var state: JSONValue?
+        try await waitUntil("the webhook's state settled; last read: \(state ?? "nothing")", timeout: .seconds(10)) {
             state = try await beacon.rest("GET", "/push/webhook").json["data"]
+            return settled(state)
         }
         return state
     }
@@ -195,7 +196,7 @@ final class WebhookReceiver: Sendable {
                     #expect(state?["pending_events"]?.intValue == 0)
                     #expect(state?["consecutive_failures"]?.intValue == 0)
                     #expect(state?["last_error"] == nil)
-                    let metrics = try await TestBeacon.rest(beacon.baseURL, "GET", "/metrics", body: nil, token: nil).1.stringValue ?? ""
+                    let metrics = try await REST.call(beacon.baseURL, "GET", "/metrics").1.stringValue ?? ""
                     #expect(metrics.contains(#"beacon_webhook_deliveries_total{result="failed"} 2"#))
                     #expect(metrics.contains(#"beacon_webhook_events_delivered_total 4"#))
                     #expect(metrics.contains("beacon_webhook_outbox_events 0"))

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Testing
 
 /// Rotating an app's client secret on every store kind: the new hash, the instant before which app tokens are refused and

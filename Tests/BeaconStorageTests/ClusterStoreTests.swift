@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconPostgres
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import Logging
 import Testing
@@ -9,7 +10,7 @@ let postgresAvailable = ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRE
 
 /// Runs `body` with `count` stores on one fresh PostgreSQL schema, each with its own pool (as separate nodes have).
 private func withNodes(_ count: Int, _ body: @Sendable ([PostgresStore]) async throws -> Void) async throws {
-    let url = try StoreKind.freshSchemaURL()
+    let url = try StoreKind.freshPostgresURL()
     @Sendable func open(_ stores: [PostgresStore]) async throws {
         if stores.count == count { return try await body(stores) }
         try await PostgresStore.withStore(url: url, logger: Logger(label: "test")) { try await open(stores + [$0]) }

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Testing
 
 /// Console sessions on every store kind: found until they expire, ended by sign-out, expired ones forgotten.

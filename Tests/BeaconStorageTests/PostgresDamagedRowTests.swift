@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import Logging
 import PostgresNIO
@@ -16,7 +17,7 @@ struct PostgresDamagedRowTests {
         "UPDATE push_jobs SET apns_id = 'not-a-uuid' WHERE message_id = 1",
     ])
     func aDamagedJobEndsFailedAndHoldsNoOtherBack(damage: String) async throws {
-        let url = try StoreKind.freshSchemaURL()
+        let url = try StoreKind.freshPostgresURL()
         let (configuration, _) = try PostgresStore.configuration(url: url)
         try await PostgresStore.withStore(url: url, logger: Logger(label: "test")) { store in
             let app = try await makeApp(store)

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import Testing
 

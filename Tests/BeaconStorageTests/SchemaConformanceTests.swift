@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconSQLite
+import BeaconTesting
 import Foundation
 import GRDB
 import Logging
@@ -122,7 +123,7 @@ struct SchemaConformanceTests {
     }
 
     static func postgresSchema() async throws -> [String: TableShape] {
-        let url = try StoreKind.freshSchemaURL()
+        let url = try StoreKind.freshPostgresURL()
         try await PostgresStore.withStore(url: url, logger: Logger(label: "test")) { _ in }  // migrates
         let (configuration, schemaName) = try PostgresStore.configuration(url: url)
         let schema = try #require(schemaName)

@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconSQLite
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import GRDB
 import PostgresNIO

@@ -1,5 +1,6 @@
 import BeaconClient
 import BeaconCore
+import BeaconTesting
 import Foundation
 import Testing
 

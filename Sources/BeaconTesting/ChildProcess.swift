@@ -49,20 +49,23 @@ public final class ChildProcess: Sendable {
     private let signals: AsyncStream<Int32>.Continuation
     /// The program's exit status once it ended (the signal's number when a signal ended it; -1 when it could not be
     /// waited for).
-    private let status = EndStatus()
+    private let end: Collector<Int32>
+    private let identifier = Locked<pid_t>(0)
 
     /// Starts `executable`; returns once it runs (throws when it cannot be started).
     public init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:]) async throws {
         let (lines, lineSink) = AsyncStream.makeStream(of: String.self)
         let (signals, signalSink) = AsyncStream.makeStream(of: Int32.self)
         let (started, start) = AsyncStream.makeStream(of: (any Error)?.self, bufferingPolicy: .bufferingNewest(1))
+        let (ends, endSink) = AsyncStream.makeStream(of: Int32.self)
         let variables = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let status = self.status
+        let identifier = self.identifier
         Task {
             var code: Int32 = -1
             defer {
                 lineSink.finish()
-                status.value.withLock { $0 = code }
+                endSink.yield(code)
+                endSink.finish()
             }
             do {
                 let result = try await Subprocess.run(
@@ -70,6 +73,7 @@ public final class ChildProcess: Sendable {
                     environment: .custom(variables.map { Array("\($0.key)=\($0.value)\0".utf8) }),
                     input: .none, output: .sequence, error: .combinedWithOutput
                 ) { execution in
+                    identifier.withLock { $0 = execution.processIdentifier.value }
                     start.yield(nil)
                     // The execution is valid only here: signals asked for are sent from here, while the program runs.
                     await withTaskGroup(of: Void.self) { group in
@@ -94,6 +98,7 @@ public final class ChildProcess: Sendable {
         }
         self.lines = lines
         self.signals = signalSink
+        self.end = Collector(ends)
         if case .some(.some(let failure)) = await started.first(where: { _ in true }) { throw failure }
     }
 
@@ -109,24 +114,20 @@ public final class ChildProcess: Sendable {
 
     /// Waits (bounded) for the program to end; its exit status, or nil if it still runs.
     public func exitStatus(within timeout: Duration) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return status.value.withLock { $0 }
+        try? await end.wait(timeout: timeout) { !$0.isEmpty }.first
     }
 
-    /// Whether the program still runs.
-    public var isRunning: Bool { status.value.withLock { $0 == nil } }
+    /// Whether the program still runs (as far as this process has seen its end).
+    public var isRunning: Bool { end.items.isEmpty }
+
+    /// The program's process id.
+    public var processIdentifier: pid_t { identifier.withLock { $0 } }
 
     /// Ends the program if it still runs, and waits (bounded) for its end.
     public func stop() async {
         signal(SIGKILL)
         _ = await exitStatus(within: .seconds(10))
     }
-}
-
-/// A child's exit status, shared with the task that waits for it.
-private final class EndStatus: Sendable {
-    let value = Mutex<Int32?>(nil)
 }
 
 extension TerminationStatus {

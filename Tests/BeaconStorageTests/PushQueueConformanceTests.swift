@@ -1,0 +1,269 @@
+import BeaconCore
+import BeaconPostgres
+import BeaconSQLite
+import BeaconStorage
+import BeaconTesting
+import Foundation
+import Logging
+import Testing
+
+/// The push side of the storage contract on every engine: configurations, bindings, the route and the job queue.
+@Suite struct PushQueueConformanceTests {
+    @Test(arguments: StoreKind.available)
+    func pushConfigurationsAreSavedReplacedAndDeleted(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            var config = PushConfigRecord(
+                appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K", teamID: "T",
+                sealedSecret: [1, 2, 3], expiresAt: nil, createdAt: now)
+            try await store.savePushConfig(config)
+            config.bundleID = "com.y"
+            config.createdAt = now + 1
+            try await store.savePushConfig(config)
+            #expect(try await store.pushConfig("ios", app: app.id) == config)
+            #expect(try await store.pushConfigs(app: app.id) == [config])
+            #expect(try await store.deletePushConfig("ios", app: app.id))
+            #expect(try await !store.deletePushConfig("ios", app: app.id))
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aDeviceTokenBelongsToOneUserAtATime(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await store.bind(
+                PushBinding(username: "alice", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+            try await store.bind(
+                PushBinding(username: "alice", deviceID: "d1", notifier: "voip", deviceToken: "aa", boundAt: 1), app: app.id)
+            try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
+            #expect(try await store.bindings(of: "alice", app: app.id).isEmpty)
+            #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["aa"])
+            // Found by its token: the current owner's device only.
+            #expect(
+                try await store.bindings(holding: "aa", app: app.id).map { "\($0.username)/\($0.deviceID)/\($0.notifier)" } == [
+                    "bob/d9/ios"
+                ])
+            #expect(try await store.bindings(holding: "zz", app: app.id).isEmpty)
+            // 410 with a timestamp before the binding: kept; after: removed.
+            #expect(try await !store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 1, now: 5))
+            #expect(try await store.removeBinding(deviceToken: "aa", notifier: "ios", app: app.id, unlessBoundSince: 3, now: 5))
+            try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "ios", deviceToken: "bb", boundAt: 4), app: app.id)
+            try await store.bind(PushBinding(username: "bob", deviceID: "d9", notifier: "voip", deviceToken: "cc", boundAt: 4), app: app.id)
+            try await store.unbind(username: "bob", deviceID: "d9", notifier: "voip", app: app.id)
+            #expect(try await store.bindings(of: "bob", app: app.id).map(\.notifier) == ["ios"])
+            try await store.unbindAll(username: "bob", app: app.id)
+            #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
+        }
+    }
+
+    /// A job for `username`'s device `d1` through `ios`, pushed (badge spliced in) or skipped with `skip`.
+    private static func job(_ username: String, token: String = "aa", skip: String? = nil, pushType: PushType = .alert) -> NewPushJob {
+        NewPushJob(
+            username: username, deviceID: "d1", notifier: "ios", deviceToken: token, topic: "t", pushType: pushType, priority: .immediate,
+            expiration: 0,
+            collapseID: nil, apnsID: UUID(), payload: skip == nil ? #"{"aps":{"alert":"x"}}"# : "", badgeOffset: skip == nil ? 19 : nil,
+            skipReason: skip)
+    }
+
+    /// Stores message `id` for bob with a pending route, and records `jobs` as its decision.
+    private static func route(_ store: any BeaconStore, _ app: AppRecord, id: UInt64, jobs: [NewPushJob]) async throws -> Bool {
+        _ = try await store.append(
+            [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+            app: app.id,
+            receipt: nil)
+        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id)
+    }
+
+    @Test(arguments: StoreKind.available)
+    func pushJobsGetTheirBadgeWhenRecordedAndAreLeasedAndFenced(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob", "carol"])
+            try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+            #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
+            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob")]))
+            let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
+            #expect(claimed.map(\.job.payload) == [#"{"aps":{"alert":"x","badge":1}}"#, #"{"aps":{"alert":"x","badge":2}}"#])
+            #expect(claimed.map(\.attempts) == [1, 1])
+            #expect(try await store.claimPushJobs(now: now + 10, lease: 1000, limit: 10).isEmpty)  // leased
+            #expect(
+                try await store.recordPushAttempts(
+                    [
+                        PushAttemptOutcome(
+                            jobID: claimed[0].id, claimToken: claimed[0].claimToken, status: .sent, httpStatus: 200, reason: nil)
+                    ], now: now + 20) == 1)
+            // The unrecorded one comes back when its lease runs out (a crashed worker) ...
+            let again = try await store.claimPushJobs(now: now + 1001, lease: 1000, limit: 10)
+            #expect(again.map(\.id) == [claimed[1].id])
+            #expect(again[0].attempts == 2)
+            // ... and the first claim can no longer complete it.
+            #expect(
+                try await store.recordPushAttempts(
+                    [
+                        PushAttemptOutcome(
+                            jobID: claimed[1].id, claimToken: claimed[1].claimToken, status: .sent, httpStatus: 200, reason: nil)
+                    ], now: now + 1001) == 0)
+            try await store.recordPushAttempts(
+                [
+                    PushAttemptOutcome(
+                        jobID: again[0].id, claimToken: again[0].claimToken, status: .pending, httpStatus: 503, reason: "Shutdown",
+                        nextAttemptAt: now + 5000)
+                ],
+                now: now + 1002)
+            #expect(try await store.nextPushJobDue() == now + 5000)
+            #expect(try await store.claimPushJobs(now: now + 4999, lease: 1000, limit: 10).isEmpty)
+            let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
+            #expect(records.map(\.status) == [.pending, .sent])
+            #expect(records[0].history.map(\.reason) == ["Shutdown"])
+            // Filtered on the server: status, reason, time of the last change, all together.
+            func ids(_ filter: PushJobFilter) async throws -> [Int64] {
+                try await store.pushJobs(app: app.id, matching: filter, limit: 10).map(\.id)
+            }
+            #expect(try await ids(PushJobFilter(status: .sent)) == [records[1].id])
+            #expect(try await ids(PushJobFilter(username: "bob", status: .pending, reason: "Shutdown")) == [records[0].id])
+            #expect(try await ids(PushJobFilter(status: .sent, reason: "Shutdown")).isEmpty)
+            #expect(try await ids(PushJobFilter(updatedSince: now + 1002)) == [records[0].id])
+            #expect(try await ids(PushJobFilter(updatedSince: now + 1003)).isEmpty)
+            #expect(try await ids(PushJobFilter(username: "carol", status: .pending)).isEmpty)
+            #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 1, limit: 10).count == 1)
+            #expect(try await store.pushJobs(app: app.id, username: nil, messageID: UInt64(Int64.max) + 1, limit: 10).isEmpty)
+            // Finished records go with retention; pending ones stay whatever their age.
+            _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).map(\.status) == [.pending])
+            // A job its claim never sent, handed back: due again at once, that attempt not counted; a stale claim's hand-back
+            // changes nothing.
+            let unsent = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+            #expect(unsent.map(\.attempts) == [3])
+            try await store.returnUnsentPushJobs(unsent)
+            let handedBack = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+            #expect(handedBack.map(\.id) == unsent.map(\.id))
+            #expect(handedBack.map(\.attempts) == [3])
+            try await store.returnUnsentPushJobs(unsent)
+            #expect(try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10).isEmpty)
+            try await store.returnUnsentPushJobs(handedBack)
+            // A claim released (restart) is due again at once.
+            _ = try await store.claimPushJobs(now: now + 5000, lease: 60_000, limit: 10)
+            try await store.releasePushClaims()
+            #expect(try await store.claimPushJobs(now: now + 5001, lease: 1000, limit: 10).count == 1)
+            // The badge is the unread count when the job is recorded: read up to message 2, message 3 makes it 1.
+            _ = try await store.markRead(
+                "bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 2, readingDevice: nil, now: now)
+            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob")]))
+            #expect(
+                try await store.pushJobs(app: app.id, username: "bob", messageID: 3, limit: 1).first?.job.payload
+                    == #"{"aps":{"alert":"x","badge":1}}"#)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func eachMessageIsRoutedOnceAndCrashesLeaveItPending(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            _ = try await store.append(
+                [
+                    NewMessage(
+                        message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob"), Delivery(username: "alice")],
+                        routesPushes: true)
+                ],
+                app: app.id, receipt: nil)
+            // Not routed yet (a crash): found by the sweep, with its recipients (not the sender).
+            #expect(try await store.pendingRoutes(before: now, limit: 10).isEmpty)
+            let pending = try await store.pendingRoutes(before: now + 1, limit: 10)
+            #expect(pending.map(\.message.id) == [7])
+            #expect(pending.first?.recipients == ["bob"])
+            let route = PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [Self.job("bob", skip: "no_binding")], now: now)
+            #expect(try await store.recordRoute(route, app: app.id))
+            #expect(try await !store.recordRoute(route, app: app.id))  // decided once
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func jobsWhoseBindingChangedAreSkippedInsteadOfSent(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob", "carol"])
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 1), app: app.id)
+            #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob")]))
+            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", token: "vv", pushType: .voip)]))
+            // The phone changes hands: carol binds its token.
+            try await store.bind(
+                PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", boundAt: 2), app: app.id)
+            #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
+            #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
+            let records = try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10)
+            #expect(records.map(\.status) == [.skipped, .skipped])
+            #expect(records.map(\.lastReason) == ["binding_changed", "binding_changed"])
+            // A VoIP token moved to another user leaves the alert binding.
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "bb", voipToken: "vv", boundAt: 3), app: app.id)
+            try await store.bind(
+                PushBinding(username: "carol", deviceID: "d5", notifier: "ios", deviceToken: "aa", voipToken: "vv", boundAt: 4), app: app.id
+            )
+            #expect(try await store.bindings(of: "bob", app: app.id).map(\.voipToken) == [nil])
+            #expect(try await store.bindings(of: "bob", app: app.id).map(\.deviceToken) == ["bb"])
+            // Deleting a user cancels their pending jobs.
+            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob", token: "bb")]))
+            #expect(try await store.deleteUser("bob", app: app.id, now: now))
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)  // deleted with him
+            #expect(try await store.claimPushJobs(now: now, lease: 1000, limit: 10).isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func onlineSkipsOfUnacknowledgedMessagesAreDecidedAgainOnce(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            try await store.bind(PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", boundAt: 1), app: app.id)
+            #expect(try await Self.route(store, app, id: 1, jobs: [Self.job("bob", skip: "online")]))
+            #expect(try await Self.route(store, app, id: 2, jobs: [Self.job("bob", skip: "online")]))
+            // Message 1 was acknowledged by a device of bob's; message 2 was not.
+            try await store.acknowledge([DeviceCursor(app: app.id, username: "bob", device: "laptop", seq: 1)], now: now)
+            let skips = try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10)
+            #expect(skips.map(\.message.id) == [2])
+            #expect(skips.first?.devices == [SkippedDevice(deviceID: "d1", notifier: "ios")])
+            let again = PushRoute(
+                messageID: 2, replacing: .onlineSkips(username: "bob", devices: [SkippedDevice(deviceID: "d1", notifier: "ios")]),
+                jobs: [Self.job("bob")], now: now)
+            #expect(try await store.recordRoute(again, app: app.id))
+            #expect(try await !store.recordRoute(again, app: app.id))
+            #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
+            #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 2, limit: 10).map(\.status) == [.pending])
+            // A message read (on any device, or through REST) is not decided again either.
+            #expect(try await Self.route(store, app, id: 3, jobs: [Self.job("bob", skip: "online")]))
+            #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).map(\.message.id) == [3])
+            _ = try await store.markRead(
+                "bob", app: app.id, conversation: ConversationID(chatType: .chat, key: "alice"), upTo: 3, readingDevice: nil, now: now)
+            #expect(try await store.unacknowledgedOnlineSkips(of: "bob", app: app.id, limit: 10).isEmpty)
+        }
+    }
+
+    /// Two users binding the same token at the same moment (a shared phone): one of them holds it afterwards, never both.
+    @Test(arguments: StoreKind.available)
+    func aTokenBoundTwiceAtOnceBelongsToOneUser(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            for round in 0..<20 {
+                let token = "token\(round)"
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for user in ["alice", "bob"] {
+                        group.addTask {
+                            try await store.bind(
+                                PushBinding(username: user, deviceID: "phone", notifier: "ios", deviceToken: token, boundAt: Int64(round)),
+                                app: app.id)
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                let holders = try await store.bindings(of: ["alice", "bob"], app: app.id).values.joined().filter { $0.deviceToken == token }
+                #expect(holders.count == 1, "round \(round): \(holders.map(\.username))")
+            }
+        }
+    }
+}
