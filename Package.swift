@@ -98,6 +98,8 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
             // The push-result webhook's sender (HTTP/1.1 or 2, TLS, pooled connections, timeouts).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            // The settings catalog and `BeaconConfiguration(reader:)`.
+            .product(name: "Configuration", package: "swift-configuration"),
         ], resources: [
             // The REST API's OpenAPI 3.1 contract, served at GET /openapi.json (kept true by e2e/contract).
             .embedInCode("openapi.json"),

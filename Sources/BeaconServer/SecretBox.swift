@@ -142,9 +142,3 @@ extension SecretBox {
         return count
     }
 }
-
-/// A configuration value is unusable.
-public struct BeaconConfigurationError: Error, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}

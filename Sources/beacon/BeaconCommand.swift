@@ -39,14 +39,12 @@ struct DataOptions: ParsableArguments {
     func reader(flags: [String: ConfigValue]) async throws -> ConfigReader {
         var values = flags
         if let dataDir { values[Settings.dataDir.key ?? ""] = ConfigValue(.string(dataDir), isSecret: false) }
-        // The environment variable is BEACON_DATABASE_URL (the provider below would only see BEACON_DATABASE).
-        if let url = database ?? Settings.database.environment.flatMap({ ProcessInfo.processInfo.environment[$0] }) {
-            values[Settings.database.key ?? ""] = ConfigValue(.string(url), isSecret: true)
-        }
+        if let database { values[Settings.database.key ?? ""] = ConfigValue(.string(database), isSecret: true) }
         var providers: [any ConfigProvider] = [
             InMemoryProvider(
                 name: "flags", values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey(ConfigKey($0.key)), $0.value) })),
-            EnvironmentVariablesProvider().prefixKeys(with: "beacon"),
+            // Each setting's documented variable (`BEACON_DATA_DIR`, `BEACON_DATABASE_URL`).
+            EnvironmentVariablesProvider().prefixKeys(with: "beacon").mapKeys(Settings.environmentKey),
         ]
         if let file = config ?? Settings.configFile.environment.flatMap({ ProcessInfo.processInfo.environment[$0] }) {
             let location = InMemoryProvider(values: ["filePath": ConfigValue(.string(file), isSecret: false)])

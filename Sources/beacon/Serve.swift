@@ -64,39 +64,23 @@ struct Serve: AsyncParsableCommand {
         flag(Settings.webhookPrivateTargets, webhookPrivateTargets ? .bool(true) : nil)
         let config = try await data.reader(flags: flags)
         let logger = try makeLogger(config)
-        _ = try Self.trustedProxies(config)  // an invalid entry stops `serve` before the store is opened
-        try await withConfiguredStore(config, logger: logger, lock: .server) { store, database in
-            try await serve(store, database: database, config: config, logger: logger)
-        }
-    }
-
-    /// `trustedProxies`, parsed; an invalid entry is a `ValidationError` naming it.
-    private static func trustedProxies(_ config: ConfigReader) throws -> TrustedProxies {
+        // Every setting is checked before the store is opened (a usage error, as a bad flag is).
+        let configuration: BeaconConfiguration
         do {
-            return try TrustedProxies(parsing: config.value(Settings.trustedProxies) ?? "")
+            configuration = try BeaconConfiguration(reader: config)
         } catch {
-            throw ValidationError("trustedProxies (--trusted-proxy, BEACON_TRUSTED_PROXIES): \(error.message)")
+            throw ValidationError(error.description)
+        }
+        try await withConfiguredStore(config, logger: logger, lock: .server) { store, database in
+            try await serve(store, database: database, configuration: configuration, config: config, logger: logger)
         }
     }
 
-    private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
+    private func serve(
+        _ store: any BeaconStore, database: ConfiguredDatabase, configuration: BeaconConfiguration, config: ConfigReader, logger: Logger
+    ) async throws {
+        var configuration = configuration
         let dataDir = config.value(Settings.dataDir)
-        var configuration = BeaconConfiguration(host: config.value(Settings.host), port: config.value(Settings.port))
-        configuration.nodeName = config.value(Settings.nodeID)
-        configuration.webhookPrivateTargets = config.value(Settings.webhookPrivateTargets)
-        func rate(_ setting: Setting<Int>) throws -> SendRate? {
-            let perSecond = config.value(setting)
-            guard (0...1_000_000).contains(perSecond) else {
-                throw ValidationError("\(setting.key ?? "") must be 0 (no limit) to 1000000 messages a second, not \(perSecond)")
-            }
-            return perSecond == 0 ? nil : SendRate(perSecond: perSecond, burst: perSecond * 5)
-        }
-        configuration.sendLimits = SendLimits(perUser: try rate(Settings.sendRatePerUser), perApp: try rate(Settings.sendRatePerApp))
-        configuration.userGroupMaxUsers = config.value(Settings.userGroupMaxUsers)
-        guard (2...100_000).contains(configuration.userGroupMaxUsers) else {
-            throw ValidationError("userGroupMaxUsers must be 2-100000, not \(configuration.userGroupMaxUsers)")
-        }
-        configuration.trustedProxies = try Self.trustedProxies(config)
         if !configuration.trustedProxies.isEmpty {
             logger.info("believing X-Forwarded-For and X-Forwarded-Proto from \(configuration.trustedProxies)")
         }
@@ -125,9 +109,6 @@ struct Serve: AsyncParsableCommand {
                     for pem in pems { try started.registerCertificateAuthority(pem: pem, topics: topics) }
                 }
             }
-        } else if let endpoint = config.value(Settings.apnsEndpoint) {
-            guard let caFile = config.value(Settings.apnsCA) else { throw ValidationError("--apns-endpoint needs --apns-ca FILE") }
-            configuration.apnsRouting = try .custom(url: endpoint, caPEM: try String(contentsOfFile: caFile, encoding: .utf8))
         }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ready, readySink) = AsyncStream.makeStream(of: Int.self)

@@ -42,8 +42,9 @@ import Testing
         #expect(documented == offered)
     }
 
-    /// swift-configuration's environment provider reads key `dataDir` from `BEACON_DATA_DIR`: the documented variable of
-    /// every setting with a file key must be that name (except the database URL, read by Beacon itself).
+    /// swift-configuration's environment provider derives `BEACON_DATA_DIR` from key `dataDir`: the documented variable of
+    /// every setting with a file key is that name, so that a reader of the table can guess it (except the database URL's,
+    /// `BEACON_DATABASE_URL`, as other servers name it; `Settings.environmentKey` tells the provider every variable).
     @Test func environmentVariablesAreTheNamesTheProviderReads() async throws {
         var checked = 0
         for row in try await Self.output(["config-reference"]).split(separator: "\n").dropFirst(2) {
