@@ -1,5 +1,8 @@
 import BeaconCore
 
+// The REST bodies the SDK and the server share. A body only the server reads or writes lives beside its route, in
+// `BeaconServer/Routes/`.
+
 /// `POST /{org}/{app}/token`.
 public struct TokenRequest: Sendable, Codable {
     public var grantType: String
@@ -88,19 +91,6 @@ public struct UserEntity: Sendable, Codable, Hashable {
     }
 }
 
-/// `POST /{org}/{app}/users` (one object or an array of them).
-public struct CreateUserRequest: Sendable, Codable {
-    public var username: String
-    public var password: String
-    public var nickname: String?
-
-    public init(username: String, password: String, nickname: String? = nil) {
-        self.username = username
-        self.password = password
-        self.nickname = nickname
-    }
-}
-
 /// `PUT /{org}/{app}/users/{username}`. Absent fields are left unchanged.
 public struct UpdateUserRequest: Sendable, Codable {
     public var nickname: String?
@@ -116,80 +106,6 @@ public struct UpdateUserRequest: Sendable, Codable {
         self.nickname = nickname
         self.timezone = timezone
         self.notificationDisplayStyle = notificationDisplayStyle
-    }
-}
-
-/// `POST /{org}/{app}/chatgroups`.
-public struct CreateGroupRequest: Sendable, Codable {
-    public var groupname: String
-    public var desc: String?
-    public var owner: String
-    public var members: [String]?
-    public var maxusers: Int?
-
-    public init(groupname: String, desc: String? = nil, owner: String, members: [String]? = nil, maxusers: Int? = nil) {
-        self.groupname = groupname
-        self.desc = desc
-        self.owner = owner
-        self.members = members
-        self.maxusers = maxusers
-    }
-}
-
-/// `POST /{org}/{app}/messages/users` and `/messages/chatgroups` (Easemob's current format).
-public struct SendMessageRequest: Sendable, Codable {
-    public var from: String?
-    public var to: [String]
-    public var type: MessageType
-    public var body: JSONValue
-    public var ext: [String: JSONValue]?
-    public var syncDevice: Bool?
-    public var routetype: String?
-    /// Tencent IM's offline push options, mapped onto the same rules as Easemob's `ext` keys.
-    public var offlinePushInfo: OfflinePushInfo?
-    /// The client's own reference for this send (like an `Idempotency-Key` header): a retry within 24 h with the same
-    /// one stores nothing and answers the first send's message ids.
-    public var msgID: String?
-
-    enum CodingKeys: String, CodingKey {
-        case from, to, type, body, ext, syncDevice = "sync_device", routetype, offlinePushInfo = "offline_push_info", msgID = "msg_id"
-    }
-
-    public init(
-        from: String? = nil, to: [String], type: MessageType, body: JSONValue, ext: [String: JSONValue]? = nil,
-        syncDevice: Bool? = nil, routetype: String? = nil
-    ) {
-        self.from = from
-        self.to = to
-        self.type = type
-        self.body = body
-        self.ext = ext
-        self.syncDevice = syncDevice
-        self.routetype = routetype
-    }
-}
-
-/// `POST /{org}/{app}/messages` (Easemob's legacy format): `msg` holds `type` beside the body fields.
-public struct LegacySendMessageRequest: Sendable, Codable {
-    public var targetType: String
-    public var target: [String]
-    public var msg: [String: JSONValue]
-    public var from: String?
-    public var ext: [String: JSONValue]?
-    public var offlinePushInfo: OfflinePushInfo?
-    /// As `SendMessageRequest.msgID`.
-    public var msgID: String?
-
-    enum CodingKeys: String, CodingKey {
-        case targetType = "target_type", target, msg, from, ext, offlinePushInfo = "offline_push_info", msgID = "msg_id"
-    }
-
-    public init(targetType: String, target: [String], msg: [String: JSONValue], from: String? = nil, ext: [String: JSONValue]? = nil) {
-        self.targetType = targetType
-        self.target = target
-        self.msg = msg
-        self.from = from
-        self.ext = ext
     }
 }
 
@@ -268,55 +184,6 @@ public struct PushBindingRequest: Sendable, Codable {
         self.deviceToken = deviceToken
         self.notifierName = notifierName
         self.voipToken = voipToken
-    }
-}
-
-/// Tencent IM's `OfflinePushInfo` (snake_case), accepted on REST sends.
-public struct OfflinePushInfo: Sendable, Codable, Hashable {
-    /// 1: do not push this message.
-    public var pushFlag: Int?
-    public var title: String?
-    public var desc: String?
-    /// Delivered as the payload's `ext`.
-    public var ext: String?
-    public var apnsInfo: ApnsInfo?
-
-    public struct ApnsInfo: Sendable, Codable, Hashable {
-        public var sound: String?
-        /// 1: this message does not raise the badge.
-        public var badgeMode: Int?
-        public var title: String?
-        public var subTitle: String?
-        public var image: String?
-        public var mutableContent: Int?
-
-        enum CodingKeys: String, CodingKey {
-            case sound, badgeMode = "badge_mode", title, subTitle = "sub_title", image, mutableContent = "mutable_content"
-        }
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case pushFlag = "push_flag", title, desc, ext, apnsInfo = "apns_info"
-    }
-
-    /// The same request in Easemob's `ext` keys (SPEC §3–§4); keys the sender set in `ext` win.
-    public func merged(into ext: [String: JSONValue]) -> [String: JSONValue] {
-        var result = ext
-        var apns = ext["em_apns_ext"]?.objectValue ?? [:]
-        func set(_ key: String, _ value: JSONValue?) {
-            if let value, apns[key] == nil { apns[key] = value }
-        }
-        if pushFlag == 1, result["em_ignore_notification"] == nil { result["em_ignore_notification"] = true }
-        set("em_push_title", (apnsInfo?.title ?? title).map(JSONValue.string))
-        set("em_push_content", desc.map(JSONValue.string))
-        set("em_alert_subTitle", apnsInfo?.subTitle.map(JSONValue.string))
-        set("em_push_sound", apnsInfo?.sound.map(JSONValue.string))
-        if apnsInfo?.mutableContent == 1 { set("em_push_mutable_content", true) }
-        set("em_push_image", apnsInfo?.image.map(JSONValue.string))
-        set("tencent_ext", ext["em_apns_ext"]?["tencent_ext"] == nil ? self.ext.map(JSONValue.string) : nil)
-        if apnsInfo?.badgeMode == 1 { set("em_push_badge_unchanged", true) }
-        if !apns.isEmpty { result["em_apns_ext"] = .object(apns) }
-        return result
     }
 }
 

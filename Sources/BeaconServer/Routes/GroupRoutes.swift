@@ -127,3 +127,12 @@ struct GroupRoutes: AppRouteCollection {
                 + members.filter { $0 != group.owner }.map { ["member": .string($0)] as JSONValue })
     }
 }
+
+/// `POST /{org}/{app}/chatgroups`.
+struct CreateGroupRequest: Sendable, Codable {
+    var groupname: String
+    var desc: String?
+    var owner: String
+    var members: [String]?
+    var maxusers: Int?
+}

@@ -156,3 +156,10 @@ struct OneOrMany<Element: Decodable>: Decodable {
         }
     }
 }
+
+/// `POST /{org}/{app}/users` (one object or an array of them).
+struct CreateUserRequest: Sendable, Codable {
+    var username: String
+    var password: String
+    var nickname: String?
+}
