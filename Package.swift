@@ -147,6 +147,8 @@ let package = Package(
             "BeaconServer", "BeaconClient", "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconSQLite", "BeaconStores",
             "APNsSimulator", "BeaconAPNs",
             .product(name: "Subprocess", package: "swift-subprocess"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdTesting", package: "hummingbird"),
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),

@@ -172,6 +172,12 @@ public struct BeaconServer: Sendable {
         return (routes.all + [(.get, "/:org/:app/ws")]).map { "\($0.method.rawValue) \($0.path)" }
     }
 
+    /// The REST API as an application that neither listens nor runs services: for Hummingbird's in-process test client
+    /// (`buildApplication().test(.router)`), beside this server's running services.
+    public func buildApplication() -> some ApplicationProtocol {
+        Application(router: buildRouter())
+    }
+
     /// The REST router: operational endpoints, the OpenAPI document and the API, each recorded in `routes` (for 405s).
     func buildRouter(routes: RouteTable = RouteTable()) -> Router<BeaconRequestContext> {
         let router = Router(context: BeaconRequestContext.self)

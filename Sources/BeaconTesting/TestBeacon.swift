@@ -6,6 +6,9 @@ import BeaconServer
 import BeaconStorage
 import Crypto
 import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
 import Logging
 import NIOSSL
 import ServiceLifecycle
@@ -32,6 +35,8 @@ public struct TestBeacon: Sendable {
     public let directory: URL
     /// The server itself, for what tests drive directly (a cluster node's presence reconcile).
     public let server: BeaconServer
+    /// Set when `rest` goes through the router in process (`Options.restInProcess`) instead of a socket.
+    private let router: (any TestClientProtocol)?
 
     /// The app key as the SDK takes it (`org#app`).
     public var appKey: String { "\(app.org)#\(app.name)" }
@@ -55,6 +60,9 @@ public struct TestBeacon: Sendable {
         public var secretKey = testSecretKey
         /// Whether `pushOutcomes` records the server's push attempts (the benchmarks leave the server's path as it is).
         public var recordsPushOutcomes = true
+        /// `rest` calls the router in process (Hummingbird's `.router` test client) instead of the socket: for suites about
+        /// what the API answers, where the socket is not the point. The server listens and runs its services all the same.
+        public var restInProcess = false
         /// Anything else, set on the configuration last.
         public var configure: @Sendable (inout BeaconConfiguration) -> Void = { _ in }
 
@@ -65,10 +73,11 @@ public struct TestBeacon: Sendable {
     /// to that simulator (trusting what is uploaded); `directory` reuses a data directory.
     public static func run<T: Sendable>(
         clock: TestClock? = nil, push: APNsSimulator? = nil, apnsRouting: APNsRouting? = nil, directory: URL? = nil,
-        hooks: BeaconHooks = BeaconHooks(), logger: Logger? = nil, trustedProxies: TrustedProxies = .none,
+        hooks: BeaconHooks = BeaconHooks(), logger: Logger? = nil, trustedProxies: TrustedProxies = .none, restInProcess: Bool = false,
         _ body: @Sendable (TestBeacon) async throws -> T
     ) async throws -> T {
         var settings = Options()
+        settings.restInProcess = restInProcess
         settings.clock = clock
         settings.push = push
         settings.apnsRouting = apnsRouting
@@ -155,12 +164,16 @@ public struct TestBeacon: Sendable {
             guard let port = await iterator.next(), let baseURL = URL(string: "http://127.0.0.1:\(port)"),
                 let app = try await store.app(options.app)
             else { throw TestFailure("server did not start") }
-            let beacon = TestBeacon(
-                baseURL: baseURL, port: port, store: store, app: options.app, credentials: credentials,
-                appToken: server.issueToken(app: app), pushOutcomes: pushOutcomes, presence: server.presence,
-                clusterNode: server.clusterNode, directory: directory, server: server)
+            @Sendable func beacon(_ router: (any TestClientProtocol)?) -> TestBeacon {
+                TestBeacon(
+                    baseURL: baseURL, port: port, store: store, app: options.app, credentials: credentials,
+                    appToken: server.issueToken(app: app), pushOutcomes: pushOutcomes, presence: server.presence,
+                    clusterNode: server.clusterNode, directory: directory, server: server, router: router)
+            }
             do {
-                let result = try await body(beacon)
+                let result =
+                    options.restInProcess
+                    ? try await server.buildApplication().test(.router) { try await body(beacon($0)) } : try await body(beacon(nil))
                 await services.triggerGracefulShutdown()
                 try await group.waitForAll()
                 return result
@@ -175,8 +188,17 @@ public struct TestBeacon: Sendable {
     public func rest(
         _ method: String, _ path: String, _ body: JSONValue? = nil, raw: Data? = nil, token: String? = nil, anonymous: Bool = false
     ) async throws -> (status: Int, json: JSONValue) {
-        try await REST.call(
-            baseURL, method, "/\(app.org)/\(app.name)" + path, body: body, raw: raw, token: anonymous ? nil : (token ?? appToken))
+        let path = "/\(app.org)/\(app.name)" + path
+        let token = anonymous ? nil : (token ?? appToken)
+        guard let router else { return try await REST.call(baseURL, method, path, body: body, raw: raw, token: token) }
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let token { headers[.authorization] = "Bearer \(token)" }
+        let bytes = try raw ?? body.map { try JSONEncoder().encode($0) }
+        let answer = try await router.execute(
+            uri: path, method: HTTPRequest.Method(rawValue: method) ?? .get, headers: headers, body: bytes.map { ByteBuffer(bytes: $0) })
+        let data = Data(answer.body.readableBytesView)
+        let json = (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self))
+        return (Int(answer.status.code), json)
     }
 
     /// Creates users with password `pw`.

@@ -10,7 +10,7 @@ import Testing
 
 @Suite struct AuthorizationTests {
     @Test func tokensAreIssuedOnlyForRightCredentials() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice")
             let wrongSecret = try await beacon.rest(
                 "POST", "/token",
@@ -35,7 +35,7 @@ import Testing
     }
 
     @Test func userTokensActOnlyOnTheirOwnUser() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob")
             let alice = try await beacon.userToken("alice")
             #expect(try await beacon.rest("GET", "/users/alice", token: alice).status == 200)
@@ -57,7 +57,7 @@ import Testing
 
     @Test func missingForgedForeignAndExpiredTokensAreRefused() async throws {
         let clock = TestClock()
-        try await TestBeacon.run(clock: clock) { beacon in
+        try await TestBeacon.run(clock: clock, restInProcess: true) { beacon in
             try await beacon.createUsers("alice")
             let missing = try await beacon.rest("GET", "/users/alice", anonymous: true)
             #expect(missing.status == 401)
@@ -91,7 +91,7 @@ import Testing
     }
 
     @Test func webSocketsNeedAUserTokenAndADeviceID() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice")
             let token = try await beacon.userToken("alice")
             let url = "ws://127.0.0.1:\(beacon.port)/acme/chat/ws"
@@ -109,7 +109,7 @@ import Testing
 
 @Suite struct BadInputTests {
     @Test func malformedRequestsAreRefusedWithStableCodesAndStoreNothing() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob")
             let malformed = try await beacon.rest("POST", "/messages/users", raw: Data("{\"to\":".utf8))
             #expect(malformed.status == 400)
@@ -148,7 +148,7 @@ import Testing
     }
 
     @Test func userFieldsAreValidated() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice")
             #expect(
                 try await beacon.rest("POST", "/users", ["username": "Bad Name", "password": "pw"]).json["error"] == "illegal_argument")
@@ -169,7 +169,7 @@ import Testing
     }
 
     @Test func groupMembershipIsManagedByItsOwner() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob", "carol")
             #expect(
                 try await beacon.rest("POST", "/chatgroups", ["groupname": "g", "owner": "alice", "members": ["ghost"]]).json["error"]
@@ -191,7 +191,7 @@ import Testing
     }
 
     @Test func aBadFrameGetsAnErrorFrameAndTheConnectionLivesOn() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice")
             let token = try await beacon.userToken("alice")
             let frames = Collector<ServerFrame>(
@@ -230,7 +230,7 @@ import Testing
     }
 
     @Test func aDeviceThatStopsReadingDoesNotHoldUpAnyoneElse() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob", "carol")
             let token = try await beacon.userToken("bob")
             // bob's device connects and then never reads a byte.

@@ -64,7 +64,7 @@ import Testing
     @Test func sendsPastTheUsersRateAreRefusedWithTooManyRequests() async throws {
         let limits = SendLimits(perUser: SendRate(perSecond: 0, burst: 2), perApp: SendRate(perSecond: 0, burst: 5))
         try await TestBeacon.$sendLimits.withValue(limits) {
-            try await TestBeacon.run { beacon in
+            try await TestBeacon.run(restInProcess: true) { beacon in
                 try await beacon.createUsers("alice", "bob")
                 let alice = try await beacon.userToken("alice")
                 let message: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "x"]]
@@ -112,7 +112,7 @@ import Testing
     /// `user_not_found` is no username oracle for users: a user token's send to a name that does not exist is answered like
     /// any other (and reaches nobody); the app is still told.
     @Test func aUserIsNotToldWhichNamesExist() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob")
             let alice = try await beacon.userToken("alice")
             let toGhost = try await beacon.rest(
@@ -133,7 +133,7 @@ import Testing
 
     /// A user token cannot create a group with others in it, nor add anyone; its groups stay within the cap; the app can.
     @Test func usersCreateGroupsOfOneWithinTheCapAndOnlyTheAppAddsMembers() async throws {
-        try await TestBeacon.run { beacon in
+        try await TestBeacon.run(restInProcess: true) { beacon in
             try await beacon.createUsers("alice", "bob", "carol")
             let alice = try await beacon.userToken("alice")
             let withOthers = try await beacon.rest(

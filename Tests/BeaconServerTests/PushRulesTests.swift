@@ -14,7 +14,7 @@ extension TestClock {
 @Suite struct PushSettingsTests {
     @Test func settingsAreStoredReadBackAndValidated() async throws {
         let clock = TestClock()
-        try await TestBeacon.run(clock: clock) { beacon in
+        try await TestBeacon.run(clock: clock, restInProcess: true) { beacon in
             try await beacon.createUsers("bob", "alice")
             let group = try await beacon.createGroup(owner: "alice", members: ["bob"])
             let set = try await beacon.rest(
@@ -102,7 +102,7 @@ extension TestClock {
     @Test func aTokyoUserWithQuietNightsAndAMutedGroupIsStillReachedByAForcedMessage() async throws {
         let clock = TestClock()  // starts at 08:00 UTC = 17:00 in Tokyo
         try await withSimulator { simulator in
-            try await TestBeacon.run(clock: clock, push: simulator) { beacon in
+            try await TestBeacon.run(clock: clock, push: simulator, restInProcess: true) { beacon in
                 try await beacon.createUsers("alice", "bob")
                 _ = try await beacon.rest("PUT", "/users/bob", ["timezone": "Asia/Tokyo"])
                 let group = try await beacon.createGroup(owner: "alice", members: ["bob"])
