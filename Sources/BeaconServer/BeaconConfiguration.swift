@@ -70,7 +70,8 @@ public struct BeaconConfiguration: Sendable {
 
 extension BeaconConfiguration {
     /// The configuration the settings in `config` describe (flags, environment, file: `Settings`), with the defaults above
-    /// for the rest. What needs the process's own resources, the secret key and an in-process simulator, the caller adds.
+    /// for the rest. What needs the process's own resources, the secret key and where pushes go (an in-process simulator,
+    /// or an endpoint with its CA file), the caller adds.
     public init(reader config: ConfigReader) throws(BeaconConfigurationError) {
         self.init(host: config.value(Settings.host), port: config.value(Settings.port))
         nodeName = config.value(Settings.nodeID)
@@ -82,17 +83,6 @@ extension BeaconConfiguration {
             throw BeaconConfigurationError("userGroupMaxUsers must be 2-100000, not \(userGroupMaxUsers)")
         }
         trustedProxies = try Self.trustedProxies(config)
-        if let endpoint = config.value(Settings.apnsEndpoint) {
-            guard let caFile = config.value(Settings.apnsCA) else { throw BeaconConfigurationError("--apns-endpoint needs --apns-ca FILE") }
-            guard let caPEM = try? String(contentsOfFile: caFile, encoding: .utf8) else {
-                throw BeaconConfigurationError("apnsCa (--apns-ca): cannot read \(caFile)")
-            }
-            do {
-                apnsRouting = try .custom(url: endpoint, caPEM: caPEM)
-            } catch {
-                throw BeaconConfigurationError("apnsEndpoint and apnsCa (--apns-endpoint, --apns-ca): \(error)")
-            }
-        }
     }
 
     /// `trustedProxies`, parsed; an invalid entry is an error naming it.

@@ -3,8 +3,8 @@ import BeaconSQLite
 import BeaconStorage
 import Logging
 
-/// Where a Beacon store lives. The one place that opens either engine: `beacon`, the tests and `beacon-bench` all open
-/// their stores here.
+/// Where a Beacon store lives, and how it is opened: `beacon`'s commands, the tests and `beacon-bench` open their stores
+/// here (tests of one engine's own behaviour open its type directly).
 public enum DatabaseLocation: Sendable, Hashable {
     /// An SQLite file (`SQLiteStore`), created 0600 if missing (its directory must exist).
     case sqlite(path: String, durability: SQLiteStore.Durability = .full)

@@ -57,7 +57,8 @@ public struct TestBeacon: Sendable {
         public var hooks = BeaconHooks()
         public var logger: Logger?
         public var trustedProxies = TrustedProxies.none
-        public var secretKey = testSecretKey
+        /// The key sealing push credentials; nil: push is off, as on a server without one.
+        public var secretKey: SymmetricKey? = testSecretKey
         /// Whether `pushOutcomes` records the server's push attempts (the benchmarks leave the server's path as it is).
         public var recordsPushOutcomes = true
         /// `rest` calls the router in process (Hummingbird's `.router` test client) instead of the socket: for suites about
@@ -138,7 +139,7 @@ public struct TestBeacon: Sendable {
         configuration.webhookPrivateTargets = webhookPrivateTargets
         configuration.sendLimits = sendLimits
         configuration.trustedProxies = options.trustedProxies
-        configuration.secretBox = SecretBox(key: options.secretKey)
+        configuration.secretBox = options.secretKey.map { SecretBox(key: $0) }
         let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)
         if options.recordsPushOutcomes {
             configuration.onPushAttempts = { for outcome in $0 { outcomeSink.yield(outcome) } }
@@ -158,7 +159,11 @@ public struct TestBeacon: Sendable {
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
         let services = ServiceGroup(configuration: .init(services: server.makeServices { portSink.yield($0) }, logger: logger))
         return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await services.run() }
+            group.addTask {
+                // (A server that fails before it listens ends the wait for its port.)
+                defer { portSink.finish() }
+                try await services.run()
+            }
             defer { group.cancelAll() }
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next(), let baseURL = URL(string: "http://127.0.0.1:\(port)"),
@@ -194,8 +199,8 @@ public struct TestBeacon: Sendable {
         var headers: HTTPFields = [.contentType: "application/json"]
         if let token { headers[.authorization] = "Bearer \(token)" }
         let bytes = try raw ?? body.map { try JSONEncoder().encode($0) }
-        let answer = try await router.execute(
-            uri: path, method: HTTPRequest.Method(rawValue: method) ?? .get, headers: headers, body: bytes.map { ByteBuffer(bytes: $0) })
+        guard let method = HTTPRequest.Method(rawValue: method) else { throw TestFailure("not an HTTP method: \(method)") }
+        let answer = try await router.execute(uri: path, method: method, headers: headers, body: bytes.map { ByteBuffer(bytes: $0) })
         let data = Data(answer.body.readableBytesView)
         let json = (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .string(String(decoding: data, as: UTF8.self))
         return (Int(answer.status.code), json)
@@ -279,7 +284,9 @@ public struct TestBeacon: Sendable {
     @discardableResult
     public func deliveries(of username: String, until condition: ([JSONValue]) -> Bool) async throws -> [JSONValue] {
         var records: [JSONValue] = []
-        try await waitUntil("delivery records of \(username) matching; last seen: \(records)", timeout: .seconds(60)) {
+        try await waitUntil(
+            "delivery records of \(username) matching; last seen: \(records)", timeout: .seconds(60), interval: .milliseconds(20)
+        ) {
             records = try await deliveries(of: username)
             return condition(records)
         }

@@ -205,7 +205,7 @@ struct Fanout: AsyncParsableCommand {
         defer { simulatorTask.cancel() }
         let members = self.members
         try await withBenchStores(database: database, nodes: nodes) { stores, engine, transactions in
-            var options = TestBeacon.Options.bench()
+            var options = TestBeacon.Options.bench(push: true)
             options.push = simulator
             try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: options) { servers in
                 try await Self.measure(

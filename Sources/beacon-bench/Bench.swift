@@ -126,8 +126,7 @@ struct Idle: AsyncParsableCommand {
         let executable = beacon.map { URL(fileURLWithPath: $0) } ?? BeaconProcess.executable
         let created = try await runToExit(executable, ["app", "create", "acme/chat", "--json", "--data-dir", directory.path])
         let credentials = try JSONDecoder().decode([String: String].self, from: created.output)
-        let serve = try await ServerProcess.start(
-            dataDirectory: directory, simulator: nil, environment: ["BEACON_LOG_LEVEL": "error"], executable: executable)
+        let serve = try await ServerProcess.start(dataDirectory: directory, simulator: nil, executable: executable)
         defer { serve.process.signal(SIGKILL) }
         let baseURL = serve.baseURL
         let appToken = try await serve.token(

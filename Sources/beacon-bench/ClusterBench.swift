@@ -24,8 +24,8 @@ struct Cluster: AsyncParsableCommand {
             database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes
         ) {
             stores, engine, transactions in
-            // (Every node has the same secret key, so that tokens issued by one are valid on all; push on, as in production.)
-            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: .bench()) {
+            // Push on, as in production.
+            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: .bench(push: true)) {
                 servers in
                 try await measure(servers, engine: engine, transactions: transactions)
             }

@@ -13,15 +13,18 @@ import Logging
 #endif
 
 extension TestBeacon.Options {
-    /// What the benchmarks' servers run with: app `bench/chat`, logs at error, push attempts left unrecorded.
-    static func bench(_ configure: @escaping @Sendable (inout BeaconConfiguration) -> Void = { _ in }) -> Self {
+    /// What the benchmarks' servers run with: app `bench/chat`, logs at error, push attempts left unrecorded, the
+    /// production retention interval, and push only with `push` (the same secret key on every node then, so that tokens
+    /// issued by one are valid on all).
+    static func bench(push: Bool = false) -> Self {
         var options = Self()
         options.app = AppKey(org: "bench", name: "chat")
+        options.secretKey = push ? testSecretKey : nil
         var logger = Logger(label: "beacon.bench")
         logger.logLevel = .error
         options.logger = logger
         options.recordsPushOutcomes = false
-        options.configure = configure
+        options.configure = { $0.retentionInterval = BeaconConfiguration().retentionInterval }
         return options
     }
 }

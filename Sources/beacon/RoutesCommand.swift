@@ -6,6 +6,7 @@ import BeaconPostgres
 import BeaconSQLite
 import BeaconServer
 import BeaconStorage
+import BeaconStores
 import Configuration
 import Foundation
 import Hummingbird
@@ -21,10 +22,14 @@ struct RoutesCommand: AsyncParsableCommand {
         // A server on a throwaway store: only its router is built, nothing listens.
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-routes-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        var logger = Logger(label: "beacon")
-        logger.logLevel = .error
-        let server = try await BeaconServer(
-            store: try SQLiteStore(directory: directory.path), configuration: BeaconConfiguration(), logger: logger)
-        for route in server.routeDescriptions() { print(route) }
+        let logger = {
+            var logger = Logger(label: "beacon")
+            logger.logLevel = .error
+            return logger
+        }()
+        try await DatabaseLocation.sqlite(inDirectory: directory.path).withStore(logger: logger) { store in
+            let server = try await BeaconServer(store: store, configuration: BeaconConfiguration(), logger: logger)
+            for route in server.routeDescriptions() { print(route) }
+        }
     }
 }

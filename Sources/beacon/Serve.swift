@@ -109,6 +109,9 @@ struct Serve: AsyncParsableCommand {
                     for pem in pems { try started.registerCertificateAuthority(pem: pem, topics: topics) }
                 }
             }
+        } else if let endpoint = config.value(Settings.apnsEndpoint) {
+            guard let caFile = config.value(Settings.apnsCA) else { throw ValidationError("--apns-endpoint needs --apns-ca FILE") }
+            configuration.apnsRouting = try .custom(url: endpoint, caPEM: try String(contentsOfFile: caFile, encoding: .utf8))
         }
         let server = try await BeaconServer(store: store, configuration: configuration, logger: logger)
         let (ready, readySink) = AsyncStream.makeStream(of: Int.self)

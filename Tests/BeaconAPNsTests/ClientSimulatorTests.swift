@@ -11,7 +11,7 @@ import Testing
 
 @Suite struct TokenAuthTests {
     @Test func anAcceptedNotificationIsRecordedAsSent() async throws {
-        try await withSimulator { simulator, client, _ in
+        try await withSimulatorAndClient { simulator, client, _ in
             let notification = alert("hi", collapseID: "chat-1")
             let accepted = try await client.send(notification)
             #expect(accepted.apnsID == notification.apnsID.uuidString.lowercased())
@@ -29,14 +29,14 @@ import Testing
     }
 
     @Test func productionSendsNoUniqueID() async throws {
-        try await withSimulator(environment: .production) { _, client, _ in
+        try await withSimulatorAndClient(environment: .production) { _, client, _ in
             let accepted = try await client.send(alert())
             #expect(accepted.uniqueID == nil)
         }
     }
 
     @Test func manyConcurrentNotificationsShareTheConnectionOnceTheStreamLimitRises() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(10))) { simulator, client, _ in
+        try await withSimulatorAndClient(client: .init(connections: 1, requestTimeout: .seconds(10))) { simulator, client, _ in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<300 {
                     group.addTask { _ = try await client.send(alert("m\(index)", token: String(format: "%064x", index))) }
@@ -51,7 +51,7 @@ import Testing
     /// so they all arrive only if the client opens the window again as it reads them (without: 1,699 arrived).
     @Test func answersWithBodiesKeepArrivingPastTheConnectionWindow() async throws {
         // A generous timeout: under the whole suite's load an answer can take seconds; a closed window never answers.
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(30))) { simulator, client, _ in
+        try await withSimulatorAndClient(client: .init(connections: 1, requestTimeout: .seconds(30))) { simulator, client, _ in
             simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)
             let rejected = try await withThrowingTaskGroup(of: Int.self) { group in
                 for sender in 0..<100 {
@@ -72,7 +72,7 @@ import Testing
     /// A header HTTP/2 cannot carry is refused before a stream is taken, as a failure not worth retrying; had it reached
     /// NIOHTTP2, each would keep a stream slot, and with the server's limit at 2 the third would end the connection.
     @Test func aHeaderHTTP2CannotCarryIsRefusedWithoutCostingTheConnection() async throws {
-        try await withSimulator(maxConcurrentStreams: 2, client: .init(connections: 1, requestTimeout: .seconds(10))) {
+        try await withSimulatorAndClient(maxConcurrentStreams: 2, client: .init(connections: 1, requestTimeout: .seconds(10))) {
             simulator, client, _ in
             _ = try await client.send(alert("first"))
             for bad in [alert(collapseID: "a\nb"), alert(collapseID: "nul\u{0}"), alert(token: "ab cd"), alert(topic: "com.example\r")] {
@@ -90,7 +90,7 @@ import Testing
     }
 
     @Test func appleRejectionsAreTypedWithTheirStatus() async throws {
-        try await withSimulator { simulator, client, _ in
+        try await withSimulatorAndClient { simulator, client, _ in
             simulator.markUnregistered(deviceToken: "cafe", timestamp: 1_700_000_000_000)
             simulator.registerDeviceToken("beef", topic: "com.other.app")
             let cases: [(APNsNotification, Int, APNsReason)] = [
@@ -129,7 +129,7 @@ import Testing
     }
 
     @Test func aKeyTheSimulatorDoesNotKnowIsRefused() async throws {
-        try await withSimulator { simulator, _, _ in
+        try await withSimulatorAndClient { simulator, _, _ in
             let stranger = APNsSigningKey(teamID: teamID, keyID: "OTHERKEY00", privateKey: P256.Signing.PrivateKey())
             let impostor = APNsSigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())
             let endpoints = await simulator.endpoints()
@@ -143,7 +143,8 @@ import Testing
 
     @Test func tokensAreReusedThenRefreshedAndAnExpiredOneIsReplacedAndRetried() async throws {
         let clock = TestClock.wall()
-        try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(50 * 60))) { simulator, client, _ in
+        try await withSimulatorAndClient(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(50 * 60))) {
+            simulator, client, _ in
             _ = try await client.send(alert("1"))
             clock.advance(minutes: 30)
             _ = try await client.send(alert("2"))  // same token: a new one within 20 minutes would be refused
@@ -153,7 +154,8 @@ import Testing
         }
         // A client that keeps its token too long hears ExpiredProviderToken, makes a new one and retries once.
         let late = TestClock.wall()
-        try await withSimulator(clock: late, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) { simulator, client, _ in
+        try await withSimulatorAndClient(clock: late, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) {
+            simulator, client, _ in
             _ = try await client.send(alert("1"))
             late.advance(minutes: 61)
             _ = try await client.send(alert("2"))
@@ -163,7 +165,7 @@ import Testing
 
     @Test func changingTheTokenTooOftenIsRefused() async throws {
         let clock = TestClock.wall()
-        try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(60))) { _, client, _ in
+        try await withSimulatorAndClient(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(60))) { _, client, _ in
             _ = try await client.send(alert("1"))
             clock.advance(minutes: 2)
             #expect(await rejection(client, alert("2")) == Rejection(429, .tooManyProviderTokenUpdates))
@@ -173,7 +175,7 @@ import Testing
 
 @Suite struct FaultTests {
     @Test func goAwayStopsTheConnectionAndTheNextSendReconnects() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
+        try await withSimulatorAndClient(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
             simulator, client, _ in
             var faults = SimulatorFaults()
             faults.goAwayAfter = 2
@@ -194,7 +196,7 @@ import Testing
     }
 
     @Test func aResetConnectionFailsInFlightSendsAndIsReplaced() async throws {
-        try await withSimulator(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
+        try await withSimulatorAndClient(client: .init(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))) {
             simulator, client, _ in
             var faults = SimulatorFaults()
             faults.resetAfter = 1
@@ -207,7 +209,7 @@ import Testing
     }
 
     @Test func nothingWaitsForeverWhenAPNsNeverAnswers() async throws {
-        try await withSimulator(client: .init(requestTimeout: .milliseconds(300))) { simulator, client, _ in
+        try await withSimulatorAndClient(client: .init(requestTimeout: .milliseconds(300))) { simulator, client, _ in
             var faults = SimulatorFaults()
             faults.neverAnswer = true
             simulator.setFaults(faults)
@@ -222,7 +224,7 @@ import Testing
     }
 
     @Test func injectedStatusesAreReportedAsTransient() async throws {
-        try await withSimulator { simulator, client, _ in
+        try await withSimulatorAndClient { simulator, client, _ in
             var faults = SimulatorFaults()
             faults.tooManyRequestsTokens = [deviceToken]
             simulator.setFaults(faults)
@@ -256,7 +258,7 @@ import Testing
 
 @Suite struct CertificateAuthTests {
     @Test func aClientCertificateFromARegisteredAuthorityMayPushToItsTopics() async throws {
-        try await withSimulator { simulator, _, _ in
+        try await withSimulatorAndClient { simulator, _, _ in
             let pki = try ClientPKI.make()
             try simulator.registerCertificateAuthority(pem: pki.caPEM, topics: [bundleID])
             let endpoints = await simulator.endpoints()
@@ -270,7 +272,7 @@ import Testing
     }
 
     @Test func aCertificateForTheOtherEnvironmentIsRefused() async throws {
-        try await withSimulator(environment: .production) { simulator, _, _ in
+        try await withSimulatorAndClient(environment: .production) { simulator, _, _ in
             let pki = try ClientPKI.make()
             try simulator.registerCertificateAuthority(pem: pki.caPEM, topics: [bundleID], environment: .development)
             let client = APNsClient(
@@ -281,7 +283,7 @@ import Testing
     }
 
     @Test func withoutACertificateOrTokenTheProviderTokenIsMissing() async throws {
-        try await withSimulator { simulator, _, _ in
+        try await withSimulatorAndClient { simulator, _, _ in
             // An unregistered authority: its certificate is not trusted, so the handshake fails and nothing is sent.
             let pki = try ClientPKI.make()
             let client = APNsClient(

@@ -11,7 +11,7 @@ import Testing
     @Test func aSendWhoseDeadlinePassesWhileItWaitsForAStreamIsNeverWritten() async throws {
         // Until APNs accepts a token the connection allows one stream; a request never answered holds it for 2 s.
         let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(2), waitTimeout: .seconds(30))
-        try await withSimulator(client: configuration) { simulator, client, _ in
+        try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
             let before = simulator.requestsReceived
@@ -32,7 +32,7 @@ import Testing
 
     @Test func theDeadlineIsCheckedLastJustBeforeTheRequestIsWritten() async throws {
         let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(5))
-        try await withSimulator(client: configuration) { simulator, client, _ in
+        try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             try await warmUp(client)
             let before = simulator.requestsReceived
             // The sender's own last check (a slow database) ends after the last moment to write (200 ms from now).

@@ -15,7 +15,7 @@ let keyID = "KEY1234567"
 let deviceToken = String(repeating: "ab", count: 32)
 
 /// Runs `body` with a started simulator and a token-auth client trusting it.
-func withSimulator<T: Sendable>(
+func withSimulatorAndClient<T: Sendable>(
     clock: TestClock = TestClock.wall(), environment: APNsEnvironment = .development, maxConcurrentStreams: Int = 1000,
     client clientConfiguration: APNsClient.Configuration? = nil,
     _ body: @Sendable (APNsSimulator, APNsClient, APNsSigningKey) async throws -> T

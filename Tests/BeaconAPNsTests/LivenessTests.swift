@@ -11,7 +11,7 @@ import Testing
     @Test func aConnectionThatStopsAnsweringIsProbedAndReplaced() async throws {
         let configuration = APNsClient.Configuration(
             connections: 1, requestTimeout: .seconds(3), pingTimeout: .seconds(3), reconnectDelay: .milliseconds(10))
-        try await withSimulator(client: configuration) { simulator, client, _ in
+        try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             try await warmUp(client)
             var faults = SimulatorFaults()
             faults.stall = true
@@ -39,7 +39,7 @@ import Testing
         let configuration = APNsClient.Configuration(
             connections: 1, requestTimeout: .seconds(10), pingInterval: .milliseconds(500), pingTimeout: .seconds(1),
             reconnectDelay: .milliseconds(10))
-        try await withSimulator(client: configuration) { simulator, client, _ in
+        try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             try await warmUp(client)
             var faults = SimulatorFaults()
             faults.stall = true
@@ -65,7 +65,7 @@ import Testing
     @Test func waitingForTheInFlightLimitEndsOnCancellationOrAtTheDeadline() async throws {
         // One request in flight that APNs never answers holds the only turn.
         let patient = APNsClient.Configuration(connections: 1, maxInFlight: 1, requestTimeout: .seconds(15), waitTimeout: .seconds(30))
-        try await withSimulator(client: patient) { simulator, client, key in
+        try await withSimulatorAndClient(client: patient) { simulator, client, key in
             let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
             let waiter = Task { () -> APNsFailure? in
@@ -111,7 +111,7 @@ import Testing
     @Test func waitingForAStreamSlotEndsAtTheDeadline() async throws {
         // Until APNs accepts a token the connection allows one stream; an unanswered request keeps it.
         let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(15), waitTimeout: .milliseconds(200))
-        try await withSimulator(client: configuration) { simulator, client, _ in
+        try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
             // The waiter gives up while the holder still holds (before: it waited for the holder's 15 s timeout).
@@ -122,7 +122,8 @@ import Testing
 
     @Test func manyExpiredTokenAnswersAtOnceReplaceTheTokenOnce() async throws {
         let clock = TestClock.wall()
-        try await withSimulator(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) { simulator, client, _ in
+        try await withSimulatorAndClient(clock: clock, client: .init(connections: 1, tokenLifetime: .seconds(3 * 3600))) {
+            simulator, client, _ in
             try await warmUp(client)
             clock.advance(minutes: 61)
             // Before: each of the 20 minted its own token and APNs refused all but one (TooManyProviderTokenUpdates).
@@ -156,7 +157,7 @@ import Testing
     /// Requests 2 and 3 in flight when a GOAWAY comes; 4 after it. The requests APNs took that failed (should be none).
     private func gracefulGoAwayScenario() async throws -> [String] {
         let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(15), reconnectDelay: .milliseconds(10))
-        return try await withSimulator(client: configuration) { simulator, client, _ in
+        return try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             try await warmUp(client)  // raises the stream limit
             var faults = SimulatorFaults()
             faults.delayMilliseconds = 1000

@@ -58,4 +58,24 @@ import Testing
         }
         #expect(checked >= 10)
     }
+
+    /// Settings `serve` cannot use stop it before anything opens: a missing companion setting or a value out of range is a
+    /// usage error (exit 64, with the usage line), a file that cannot be read an error of its own (exit 1); the simulator
+    /// wins over an APNs endpoint set in the environment, whose CA is then not needed.
+    @Test func unusableSettingsStopServeAndTheSimulatorWinsOverAnEndpoint() async throws {
+        try await withTemporaryDirectory { directory in
+            let data = ["--data-dir", directory.path, "--port", "0"]
+            #expect(try await runToExit(BeaconProcess.executable, ["serve", "--apns-endpoint", "https://127.0.0.1:1"] + data).status == 64)
+            #expect(try await runToExit(BeaconProcess.executable, ["serve", "--trusted-proxy", "bogus"] + data).status == 64)
+            let unreadable = [
+                "serve", "--apns-endpoint", "https://127.0.0.1:1", "--apns-ca", directory.appendingPathComponent("none").path,
+            ]
+            #expect(try await runToExit(BeaconProcess.executable, unreadable + data).status == 1)
+            let server = try await BeaconProcess(
+                ["serve", "--apns-simulator"] + data,
+                environment: ["BEACON_APNS_ENDPOINT": "https://127.0.0.1:1", "BEACON_LOG_LEVEL": "notice"])
+            defer { Task { await server.stop() } }
+            _ = try await server.line(containing: "Beacon listening on http://")
+        }
+    }
 }
