@@ -9,16 +9,18 @@ import Testing
 /// answer could come later, so that the job, claimed again elsewhere once the lease runs out, is never sent twice.
 @Suite struct DeadlineTests {
     @Test func aSendWhoseDeadlinePassesWhileItWaitsForAStreamIsNeverWritten() async throws {
-        // Until APNs accepts a token the connection allows one stream; a request never answered holds it for 2 s.
-        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(2), waitTimeout: .seconds(30))
+        // Until APNs accepts a token the connection allows one stream; a request never answered holds it for 4 s (ample: the
+        // stream must still be held at the late send's last moment to write, even when this test starts it late on a
+        // loaded machine).
+        let configuration = APNsClient.Configuration(connections: 1, requestTimeout: .seconds(4), waitTimeout: .seconds(30))
         try await withSimulatorAndClient(client: configuration) { simulator, client, _ in
             let holder = try await holdTheOnlyTurn(client, simulator)
             defer { holder.cancel() }
             let before = simulator.requestsReceived
             let started = ContinuousClock.now
-            // The last moment to write it is 300 ms from now (its 2 s answer time must fit before the deadline).
+            // The last moment to write it is 300 ms from now (its 4 s answer time must fit before the deadline).
             await #expect(throws: APNsFailure.deadlinePassed) {
-                _ = try await client.send(alert("late"), deadline: ContinuousClock.now + .milliseconds(2300))
+                _ = try await client.send(alert("late"), deadline: ContinuousClock.now + .milliseconds(4300))
             }
             // Before: it waited up to 30 s for the stream, then was written whatever the time.
             #expect(started.duration(to: .now) < .seconds(2))
