@@ -1,18 +1,15 @@
-/// A failure that reaches an API caller: an HTTP status, a stable machine-readable code and a human description.
+/// A failure that reaches an API caller: a stable machine-readable code and a human description. (How the REST API
+/// answers it, its HTTP status and Easemob's exception name, is the server's: `BeaconServer`'s `ErrorMiddleware`.)
 ///
 /// Codes follow Easemob's REST error names where one exists (`illegal_argument`, `auth_bad_access_token`, …),
 /// so that clients written against Easemob keep working. The full list is documented in `docs/errors.md`.
 public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
     public var code: Code
-    public var exception: String
     public var message: String
 
-    public init(_ code: Code, _ message: String, status: Int? = nil, exception: String? = nil) {
+    public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message
-        self.status = status ?? code.defaultStatus
-        self.exception = exception ?? code.defaultException
     }
 
     public var description: String { "\(code.rawValue): \(message)" }
@@ -42,47 +39,6 @@ public struct BeaconError: Error, Sendable, Equatable, CustomStringConvertible {
         case duplicate = "duplicate_unique_property_exists"
         case methodNotAllowed = "method_not_allowed"
         case internalError = "internal_error"
-
-        public var defaultStatus: Int {
-            switch self {
-            case .illegalArgument, .jsonParse, .invalidGrant, .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired,
-                .notifierNotFound, .invalidTemplate:
-                400
-            case .tooManyRequests: 429
-            case .requestTooLarge: 413
-            case .unauthorized, .badAccessToken: 401
-            case .forbidden: 403
-            case .resourceNotFound, .appNotFound, .userNotFound, .groupNotFound, .messageNotFound, .webhookNotFound: 404
-            case .duplicate: 400
-            case .methodNotAllowed: 405
-            case .internalError: 500
-            }
-        }
-
-        public var defaultException: String {
-            switch self {
-            case .illegalArgument: "IllegalArgumentException"
-            case .jsonParse: "JsonParseException"
-            case .invalidGrant: "InvalidGrantException"
-            case .invalidP12Password, .invalidP12File, .invalidP8Key, .certificateExpired: "InvalidPushCertificateException"
-            case .notifierNotFound: "NotifierNotFoundException"
-            case .invalidTemplate: "InvalidTemplateException"
-            case .tooManyRequests: "TooManyRequestsException"
-            case .requestTooLarge: "RequestEntityTooLargeException"
-            case .unauthorized: "UnauthorizedException"
-            case .badAccessToken: "UnauthorizedException"
-            case .forbidden: "ForbiddenOperationException"
-            case .resourceNotFound: "ResourceNotFoundException"
-            case .appNotFound: "OrganizationApplicationNotFoundException"
-            case .userNotFound: "UserNotFoundException"
-            case .groupNotFound: "GroupNotFoundException"
-            case .messageNotFound: "MessageNotFoundException"
-            case .webhookNotFound: "WebhookNotFoundException"
-            case .duplicate: "DuplicateUniquePropertyExistsException"
-            case .methodNotAllowed: "MethodNotAllowedException"
-            case .internalError: "InternalServerErrorException"
-            }
-        }
     }
 
     public static func illegal(_ message: String) -> BeaconError { BeaconError(.illegalArgument, message) }

@@ -49,6 +49,7 @@ struct ErrorMiddleware: RouterMiddleware {
         } catch {
             var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
             let failure: BeaconError
+            var status: Int?
             switch error {
             case let error as HTTPError where error.status == .notFound || error.status == .methodNotAllowed:
                 let allowed = routes.methods(allowedOn: request.uri.path)
@@ -59,15 +60,18 @@ struct ErrorMiddleware: RouterMiddleware {
                     headers[.allow] = allowed.map(\.rawValue).sorted().joined(separator: ", ")
                 }
             case let error as HTTPError where error.status.code < 500:
-                failure = BeaconError(.illegalArgument, error.body ?? "bad request", status: Int(error.status.code))
+                // Hummingbird's own refusal (a body too large, a malformed request) keeps its status.
+                failure = BeaconError(.illegalArgument, error.body ?? "bad request")
+                status = Int(error.status.code)
             default:
                 failure = BeaconError(wrapping: error, logger: logger)
             }
             let body = ErrorBody(
-                error: failure.code.rawValue, errorDescription: failure.message, exception: failure.exception, timestamp: clock())
+                error: failure.code.rawValue, errorDescription: failure.message, exception: failure.code.exception, timestamp: clock())
             let bytes = API.encode(body)
-            refusedUpgrades?.refuse(context.channel, status: failure.status, body: bytes)
-            return Response(status: .init(code: failure.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+            let answered = status ?? failure.code.httpStatus
+            refusedUpgrades?.refuse(context.channel, status: answered, body: bytes)
+            return Response(status: .init(code: answered), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
         }
     }
 }

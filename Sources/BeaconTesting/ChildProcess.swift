@@ -34,7 +34,7 @@ public func runToExit(
         }
         group.addTask {
             try await Task.sleep(for: timeout)
-            throw ChildProcessError("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after \(timeout)")
+            throw TestFailure("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) still ran after \(timeout)")
         }
         defer { group.cancelAll() }  // cancelled, a child that still runs is ended
         guard let first = try await group.next() else { throw CancellationError() }
@@ -138,10 +138,4 @@ extension TerminationStatus {
         case .signaled(let signal): signal
         }
     }
-}
-
-/// A child program that could not be run to its end.
-public struct ChildProcessError: Error, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
 }

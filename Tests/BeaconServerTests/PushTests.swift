@@ -372,6 +372,6 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
     let openssl = try await runToExit(
         URL(fileURLWithPath: "/usr/bin/openssl"),
         ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:\(password)", "-out", "out.p12"], in: directory)
-    guard openssl.status == 0 else { throw ChildProcessError("openssl pkcs12 -export failed") }
+    guard openssl.status == 0 else { throw TestFailure("openssl pkcs12 -export failed") }
     return try Data(contentsOf: directory.appendingPathComponent("out.p12"))
 }
