@@ -166,9 +166,13 @@ public struct TestBeacon: Sendable {
             }
             defer { group.cancelAll() }
             var iterator = ports.makeAsyncIterator()
-            guard let port = await iterator.next(), let baseURL = URL(string: "http://127.0.0.1:\(port)"),
-                let app = try await store.app(options.app)
-            else { throw TestFailure("server did not start") }
+            guard let port = await iterator.next() else {
+                _ = try await group.next()  // the server's own error, when it failed before it listened
+                throw TestFailure("server did not start")
+            }
+            guard let baseURL = URL(string: "http://127.0.0.1:\(port)"), let app = try await store.app(options.app) else {
+                throw TestFailure("app \(options.app) vanished")
+            }
             @Sendable func beacon(_ router: (any TestClientProtocol)?) -> TestBeacon {
                 TestBeacon(
                     baseURL: baseURL, port: port, store: store, app: options.app, credentials: credentials,

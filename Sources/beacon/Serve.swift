@@ -64,22 +64,24 @@ struct Serve: AsyncParsableCommand {
         flag(Settings.webhookPrivateTargets, webhookPrivateTargets ? .bool(true) : nil)
         let config = try await data.reader(flags: flags)
         let logger = try makeLogger(config)
-        // Every setting is checked before the store is opened (a usage error, as a bad flag is).
-        let configuration: BeaconConfiguration
+        // An invalid proxy entry stops `serve` before the store is opened; the other settings are read once it is.
+        do {
+            _ = try BeaconConfiguration.trustedProxies(config)
+        } catch {
+            throw ValidationError(error.description)  // a usage error, as a bad flag is
+        }
+        try await withConfiguredStore(config, logger: logger, lock: .server) { store, database in
+            try await serve(store, database: database, config: config, logger: logger)
+        }
+    }
+
+    private func serve(_ store: any BeaconStore, database: ConfiguredDatabase, config: ConfigReader, logger: Logger) async throws {
+        var configuration: BeaconConfiguration
         do {
             configuration = try BeaconConfiguration(reader: config)
         } catch {
             throw ValidationError(error.description)
         }
-        try await withConfiguredStore(config, logger: logger, lock: .server) { store, database in
-            try await serve(store, database: database, configuration: configuration, config: config, logger: logger)
-        }
-    }
-
-    private func serve(
-        _ store: any BeaconStore, database: ConfiguredDatabase, configuration: BeaconConfiguration, config: ConfigReader, logger: Logger
-    ) async throws {
-        var configuration = configuration
         let dataDir = config.value(Settings.dataDir)
         if !configuration.trustedProxies.isEmpty {
             logger.info("believing X-Forwarded-For and X-Forwarded-Proto from \(configuration.trustedProxies)")

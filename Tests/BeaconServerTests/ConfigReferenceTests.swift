@@ -59,23 +59,30 @@ import Testing
         #expect(checked >= 10)
     }
 
-    /// Settings `serve` cannot use stop it before anything opens: a missing companion setting or a value out of range is a
-    /// usage error (exit 64, with the usage line), a file that cannot be read an error of its own (exit 1); the simulator
-    /// wins over an APNs endpoint set in the environment, whose CA is then not needed.
+    /// Settings `serve` cannot use stop it, naming the setting: a missing companion setting or an invalid entry is a
+    /// usage error (exit 64), a file that cannot be read an error of its own (exit 1); the simulator wins over an APNs
+    /// endpoint set in the environment, whose CA is then not needed.
     @Test func unusableSettingsStopServeAndTheSimulatorWinsOverAnEndpoint() async throws {
         try await withTemporaryDirectory { directory in
             let data = ["--data-dir", directory.path, "--port", "0"]
-            #expect(try await runToExit(BeaconProcess.executable, ["serve", "--apns-endpoint", "https://127.0.0.1:1"] + data).status == 64)
-            #expect(try await runToExit(BeaconProcess.executable, ["serve", "--trusted-proxy", "bogus"] + data).status == 64)
-            let unreadable = [
-                "serve", "--apns-endpoint", "https://127.0.0.1:1", "--apns-ca", directory.appendingPathComponent("none").path,
-            ]
-            #expect(try await runToExit(BeaconProcess.executable, unreadable + data).status == 1)
+            func refusal(_ arguments: [String], environment: [String: String] = [:], says message: String, exits status: Int32) async throws
+            {
+                let process = try await BeaconProcess(["serve"] + arguments + data, environment: environment)
+                _ = try await process.line(containing: message)
+                #expect(await process.exitStatus(within: .seconds(60)) == status, "\(arguments) \(environment)")
+                await process.stop()
+            }
+            let endpoint = "https://127.0.0.1:1"
+            try await refusal(["--apns-endpoint", endpoint], says: "--apns-endpoint needs --apns-ca FILE", exits: 64)
+            // The variable is read (so that the simulator's case below shows the simulator winning over it).
+            try await refusal([], environment: ["BEACON_APNS_ENDPOINT": endpoint], says: "--apns-endpoint needs --apns-ca FILE", exits: 64)
+            try await refusal(["--trusted-proxy", "bogus"], says: "trustedProxies (--trusted-proxy, BEACON_TRUSTED_PROXIES)", exits: 64)
+            let unreadable = directory.appendingPathComponent("none").path
+            try await refusal(["--apns-endpoint", endpoint, "--apns-ca", unreadable], says: "Error:", exits: 1)
             let server = try await BeaconProcess(
-                ["serve", "--apns-simulator"] + data,
-                environment: ["BEACON_APNS_ENDPOINT": "https://127.0.0.1:1", "BEACON_LOG_LEVEL": "notice"])
-            defer { Task { await server.stop() } }
-            _ = try await server.line(containing: "Beacon listening on http://")
+                ["serve", "--apns-simulator"] + data, environment: ["BEACON_APNS_ENDPOINT": endpoint, "BEACON_LOG_LEVEL": "notice"])
+            _ = try await server.line(containing: "APNs simulator at")
+            await server.stop()
         }
     }
 }
