@@ -130,7 +130,7 @@ public struct ServerProcess: Sendable {
 
 /// Runs `body` with a fresh temporary directory, removed afterwards.
 public func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-process-\(UUID())")
+    let directory = StoreKind.temporaryDirectory("beacon-process")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
     return try await body(directory)

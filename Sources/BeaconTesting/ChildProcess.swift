@@ -117,9 +117,6 @@ public final class ChildProcess: Sendable {
         try? await end.wait(timeout: timeout) { !$0.isEmpty }.first
     }
 
-    /// Whether the program still runs (as far as this process has seen its end).
-    public var isRunning: Bool { end.items.isEmpty }
-
     /// The program's process id.
     public var processIdentifier: pid_t { identifier.withLock { $0 } }
 

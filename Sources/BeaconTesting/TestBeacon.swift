@@ -86,7 +86,7 @@ public struct TestBeacon: Sendable {
         settings.logger = logger
         settings.trustedProxies = trustedProxies
         let options = settings
-        let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
+        let directory = directory ?? StoreKind.temporaryDirectory("beacon-test")
         return try await StoreKind.server.withStore(named: directory) { store in
             try await run(store: store, directory: directory, options: options, body)
         }

@@ -89,7 +89,6 @@ public final class Gate: Sendable {
     private struct State {
         var open = false
         var waiting: [CheckedContinuation<Void, Never>] = []
-        var arrived = 0
     }
     private let state = Mutex(State())
     /// Every arrival, so that a test can wait for a number of them (`waitForArrivals`).
@@ -106,7 +105,6 @@ public final class Gate: Sendable {
     public func pass() async {
         await withCheckedContinuation { continuation in
             let open = state.withLock { state in
-                state.arrived += 1
                 if !state.open { state.waiting.append(continuation) }
                 return state.open
             }
@@ -114,8 +112,6 @@ public final class Gate: Sendable {
             if open { continuation.resume() }
         }
     }
-
-    public var arrived: Int { state.withLock { $0.arrived } }
 
     public func open() {
         let waiting = state.withLock { state in
@@ -131,7 +127,7 @@ public final class Gate: Sendable {
         do {
             _ = try await arrivals.wait(count: count)
         } catch {
-            throw TestFailure("only \(arrived) of \(count) arrived at the gate")
+            throw TestFailure("only \(arrivals.items.count) of \(count) arrived at the gate")
         }
     }
 }

@@ -14,7 +14,7 @@ import Testing
     /// Concurrent first pushes with one configuration share one client. Before, each built its own and the table kept
     /// the last, shutting the others down while their notifications were in flight.
     @Test func concurrentFirstUsesBuildOneClient() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-configs-\(UUID())")
+        let directory = StoreKind.temporaryDirectory("beacon-configs")
         defer { try? FileManager.default.removeItem(at: directory) }
         let configs = PushConfigs(
             store: try SQLiteStore(directory: directory.path), box: SecretBox(key: SymmetricKey(size: .bits256)),
@@ -101,7 +101,7 @@ import Testing
     /// every secret sealed with it, `secret.key` replaced; run again, nothing to do; refused while a server runs, and on
     /// PostgreSQL without the current key or the confirmation that every node is stopped.
     @Test func theRotateKeyCommandResealsAndReplacesTheKeyFile() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-rotate-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-rotate")
         defer { try? FileManager.default.removeItem(at: directory) }
         let data = directory.appendingPathComponent("data").path
         let newKeyFile = directory.appendingPathComponent("new.key").path

@@ -309,7 +309,7 @@ extension Collector where Element == PushAttemptOutcome {
     }
 
     @Test func aRestartResumesUnfinishedPushesAndNeverResendsAcceptedOnes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-restart-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-restart")
         defer { try? FileManager.default.removeItem(at: directory) }
         // First life: APNs is unreachable (a closed port), so the job stays pending.
         let unreachable = APNsRouting.custom(host: "127.0.0.1", port: 1, trustRoots: [])

@@ -14,7 +14,7 @@ import Testing
 
 @Suite struct SecretTests {
     @Test func theDataDirectoryIsPrivateAndHoldsNoSigningKey() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-secret-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-secret")
         let token = try await TestBeacon.run(directory: directory) { beacon in
             try await beacon.createUsers("bob")
             return try await beacon.userToken("bob")

@@ -220,7 +220,7 @@ final class WebhookReceiver: Sendable {
     /// server allowed it: no connection reaches the receiver, and `last_error` says only `refused_address`.
     @Test func aLoopbackTargetIsRefusedWhenSetAndAtDelivery() async throws {
         try await WebhookReceiver.run { receiver in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-test-\(UUID().uuidString)")
+            let directory = StoreKind.temporaryDirectory("beacon-test")
             // Set while the server allows private targets (an on-premise receiver, or a server from before the setting).
             try await TestBeacon.$webhookPrivateTargets.withValue(true) {
                 try await TestBeacon.run(directory: directory) { beacon in

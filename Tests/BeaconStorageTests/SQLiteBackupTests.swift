@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import GRDB
 import Testing
@@ -9,7 +10,7 @@ import Testing
 /// `beacon backup`: an online copy of the embedded database that opens as a store with everything in it.
 @Suite struct SQLiteBackupTests {
     @Test func aBackupTakenWhileWritingOpensWithEveryCommittedMessage() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-backup-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-backup")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(directory: directory.appendingPathComponent("live").path)
         let app = try await makeApp(store)
@@ -40,7 +41,7 @@ import Testing
     /// The source is opened read-only: a missing database is an error (nothing is created where it was expected), and a
     /// database of an older schema is copied as it is, not migrated.
     @Test func aBackupCreatesAndMigratesNothing() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-backup-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-backup")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let missing = directory.appendingPathComponent("nothing.sqlite").path
@@ -74,7 +75,7 @@ import Testing
 /// them with an error; they never stop the process.
 @Suite struct SQLiteDamagedRowTests {
     @Test func damagedReadStateAndWebhookRowsAreErrorsNotTraps() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-damaged")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(directory: directory.path)
         let app = try await makeApp(store)
@@ -101,7 +102,7 @@ import Testing
     }
 
     @Test func damagedAppPushJobAndPushConfigurationRowsAreErrorsNotTraps() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-damaged")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(directory: directory.path)
         let app = try await makeApp(store)
@@ -145,7 +146,7 @@ import Testing
         "UPDATE push_jobs SET apns_id = 'not-a-uuid'",
     ])
     func pushJobFieldsNoVersionWritesAreErrorsNotDefaults(damage: String) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-damaged")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(directory: directory.path)
         let app = try await makeApp(store)
@@ -189,7 +190,7 @@ import Testing
     }
 
     @Test func aStoredMessageOfAnUnknownChatTypeIsAnErrorNotAChat() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-damaged-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-damaged")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try SQLiteStore(directory: directory.path)
         let app = try await makeApp(store)

@@ -1,5 +1,6 @@
 import BeaconCore
 import BeaconStorage
+import BeaconTesting
 import Foundation
 import GRDB
 import Testing
@@ -9,7 +10,7 @@ import Testing
 /// Data stored by an earlier version keeps its meaning after the migrations that followed.
 @Suite struct SQLiteMigrationTests {
     @Test func readStateStartsFromWhatDevicesReceivedAndOldBadgeCountersAreDropped() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-migration-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-migration")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("beacon.sqlite").path

@@ -76,7 +76,7 @@ struct SchemaConformanceTests {
     }
 
     static func sqliteSchema() async throws -> [String: TableShape] {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("beacon-schema-\(UUID().uuidString)")
+        let directory = StoreKind.temporaryDirectory("beacon-schema")
         defer { try? FileManager.default.removeItem(at: directory) }
         _ = try SQLiteStore(directory: directory.path)  // migrates
         let database = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
