@@ -77,9 +77,15 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // zlib (the system's, Debian: zlib1g-dev), which a Tencent UserSig is compressed with.
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        // Tencent Cloud IM's side of things, pure: UserSig v2 and its message elements onto Beacon's. No I/O.
+        .target(name: "BeaconTencent", dependencies: [
+            "BeaconCore", "CZlib", .product(name: "Crypto", package: "swift-crypto"),
+        ]),
         // The server: REST, WebSocket gateway, presence, retention.
         .target(name: "BeaconServer", dependencies: [
-            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs", "BeaconPush",
+            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs", "BeaconPush", "BeaconTencent",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -157,6 +163,7 @@ let package = Package(
         ]),
         .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
         .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
+        .testTarget(name: "BeaconTencentTests", dependencies: ["BeaconTencent", "BeaconCore"]),
         .testTarget(name: "BeaconStorageTests", dependencies: [
             "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", "BeaconTesting", .product(name: "Logging", package: "swift-log"),
             .product(name: "GRDB", package: "GRDB.swift"),

@@ -70,7 +70,17 @@ public actor BeaconClient {
 
     /// Logs in with a username and password, then connects.
     public func login(username: String, password: String) async throws {
-        let response: TokenResponse = try await post("token", body: TokenRequest.password(username: username, password: password))
+        try await login(with: .password(username: username, password: password), username: username)
+    }
+
+    /// Logs in with a Tencent UserSig that the app's backend made for `userID` (an app moving from Tencent Cloud IM keeps
+    /// making them, and Beacon keeps no password), then connects.
+    public func login(userID: String, userSig: String) async throws {
+        try await login(with: .userSig(username: userID, userSig: userSig), username: userID)
+    }
+
+    private func login(with grant: TokenRequest, username: String) async throws {
+        let response: TokenResponse = try await post("token", body: grant)
         try await login(token: response.accessToken, username: username)
     }
 

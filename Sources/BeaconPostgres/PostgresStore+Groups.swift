@@ -12,7 +12,7 @@ extension PostgresStore {
                     VALUES (\(group.appID), \(group.id), \(group.name), \(group.description), \(group.owner), \(group.maxUsers), \(group.createdAt))
                     """, logger: logger)
             }
-            let everyone = Array(Set(members + [group.owner])).sorted()
+            let everyone = Array(Set(members + [group.owner])).filter { !$0.isEmpty }.sorted()
             try await connection.query(
                 """
                 INSERT INTO group_members (app_id, group_id, username, joined_at)
@@ -52,5 +52,21 @@ extension PostgresStore {
     public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
         try await execute("DELETE FROM group_members WHERE app_id = \(app) AND group_id = \(group) AND username = \(username) RETURNING 1")
             > 0
+    }
+
+    public func deleteGroup(_ id: String, app: Int64) async throws -> Bool {
+        try await transaction { connection in
+            try await connection.query("DELETE FROM group_members WHERE app_id = \(app) AND group_id = \(id)", logger: logger)
+            let deleted = try await connection.query(
+                "DELETE FROM chat_groups WHERE app_id = \(app) AND id = \(id) RETURNING 1", logger: logger
+            ).collect()
+            return !deleted.isEmpty
+        }
+    }
+
+    public func groups(of username: String, app: Int64) async throws -> [String] {
+        try await rows(
+            "SELECT group_id FROM group_members WHERE app_id = \(app) AND username = \(username) ORDER BY group_id COLLATE \"C\""
+        ).map { try $0["group_id"].decode(String.self) }
     }
 }

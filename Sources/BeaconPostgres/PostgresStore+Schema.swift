@@ -312,5 +312,13 @@ extension PostgresStore {
                 "ALTER TABLE apps ADD COLUMN tokens_valid_after BIGINT NOT NULL DEFAULT 0",
                 "CREATE INDEX console_sessions_by_app ON console_sessions (app_id)",
             ]),
+        Migration(
+            version: "v8-tencent-identity",
+            sql: [
+                // An app's Tencent Cloud IM identity (`setTencentIdentity`): its SDKAppID, its sealed secret key, its admin.
+                "ALTER TABLE apps ADD COLUMN tencent_app_id BIGINT UNIQUE",
+                "ALTER TABLE apps ADD COLUMN tencent_sealed_key BYTEA",
+                "ALTER TABLE apps ADD COLUMN tencent_admin TEXT",
+            ]),
     ]
 }

@@ -201,8 +201,25 @@ public final class PostgresStore: BeaconStore {
         }
     }
 
+    public func setTencentIdentity(_ identity: TencentIdentity, app: Int64) async throws -> AppRecord? {
+        try await Self.mapConstraint("SDKAppID \(identity.sdkAppID) belongs to another app") {
+            try await rows(
+                """
+                UPDATE apps SET tencent_app_id = \(identity.sdkAppID), tencent_sealed_key = \(Data(identity.sealedKey)),
+                    tencent_admin = \(identity.adminIdentifier)
+                WHERE id = \(app) RETURNING \(unescaped: Self.appColumns)
+                """
+            ).first.map(Self.app(from:))
+        }
+    }
+
+    public func app(tencentAppID sdkAppID: Int64) async throws -> AppRecord? {
+        try await rows("SELECT \(unescaped: Self.appColumns) FROM apps WHERE tencent_app_id = \(sdkAppID)").first.map(Self.app(from:))
+    }
+
     private static let appColumns =
-        "id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at, tokens_valid_after"
+        "id, org, name, client_id, client_secret_hash, per_chat, per_group, max_age_seconds, created_at, tokens_valid_after, "
+        + "tencent_app_id, tencent_sealed_key, tencent_admin"
 
     private static func app(from row: PostgresRandomAccessRow) throws -> AppRecord {
         AppRecord(
@@ -212,7 +229,16 @@ public final class PostgresStore: BeaconStore {
             limits: OfflineLimits(
                 perChat: try row["per_chat"].decode(Int.self), perGroup: try row["per_group"].decode(Int.self),
                 maxAgeSeconds: try row["max_age_seconds"].decode(Int64.self)),
-            createdAt: try row["created_at"].decode(Int64.self), tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self))
+            createdAt: try row["created_at"].decode(Int64.self), tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self),
+            tencent: try Self.tencentIdentity(
+                appID: row["tencent_app_id"].decode(Int64?.self), sealedKey: row["tencent_sealed_key"].decode(Data?.self).map { [UInt8]($0) },
+                admin: row["tencent_admin"].decode(String?.self)))
+    }
+
+    /// The Tencent identity of an app row: all three columns, or none.
+    private static func tencentIdentity(appID: Int64?, sealedKey: [UInt8]?, admin: String?) -> TencentIdentity? {
+        guard let appID, let sealedKey, let admin else { return nil }
+        return TencentIdentity(sdkAppID: appID, sealedKey: sealedKey, adminIdentifier: admin)
     }
 
     // MARK: Users

@@ -10,15 +10,22 @@ public struct TokenRequest: Sendable, Codable {
     public var clientSecret: String?
     public var username: String?
     public var password: String?
+    /// A Tencent UserSig of `username` (`grant_type: usersig`).
+    public var usersig: String?
     /// Requested lifetime in seconds (capped by the server).
     public var ttl: Int?
 
     enum CodingKeys: String, CodingKey {
-        case grantType = "grant_type", clientID = "client_id", clientSecret = "client_secret", username, password, ttl
+        case grantType = "grant_type", clientID = "client_id", clientSecret = "client_secret", username, password, usersig, ttl
     }
 
     public static func password(username: String, password: String) -> TokenRequest {
         TokenRequest(grantType: "password", username: username, password: password)
+    }
+
+    /// A login with a Tencent UserSig the app's backend made for `username`.
+    public static func userSig(username: String, userSig: String) -> TokenRequest {
+        TokenRequest(grantType: "usersig", username: username, usersig: userSig)
     }
 
     public static func clientCredentials(id: String, secret: String) -> TokenRequest {
@@ -27,13 +34,14 @@ public struct TokenRequest: Sendable, Codable {
 
     public init(
         grantType: String, clientID: String? = nil, clientSecret: String? = nil, username: String? = nil,
-        password: String? = nil, ttl: Int? = nil
+        password: String? = nil, usersig: String? = nil, ttl: Int? = nil
     ) {
         self.grantType = grantType
         self.clientID = clientID
         self.clientSecret = clientSecret
         self.username = username
         self.password = password
+        self.usersig = usersig
         self.ttl = ttl
     }
 }

@@ -198,6 +198,16 @@ extension SQLiteStore {
                     CREATE INDEX console_sessions_by_app ON console_sessions (app_id);
                     """)
         }
+        migrator.registerMigration("v12-tencent-identity") { db in
+            // An app's Tencent Cloud IM identity (`setTencentIdentity`): its SDKAppID, its sealed secret key, its admin.
+            try db.execute(
+                sql: """
+                    ALTER TABLE apps ADD COLUMN tencent_app_id INTEGER;
+                    ALTER TABLE apps ADD COLUMN tencent_sealed_key BLOB;
+                    ALTER TABLE apps ADD COLUMN tencent_admin TEXT;
+                    CREATE UNIQUE INDEX apps_by_tencent_app_id ON apps (tencent_app_id);
+                    """)
+        }
         migrator.registerMigration("v12-schema-as-postgres") { db in
             // `skip_reason` (v3) was never written or read: a skip's reason is `last_reason`, as on PostgreSQL. The schema
             // conformance test keeps the two engines' schemas alike.

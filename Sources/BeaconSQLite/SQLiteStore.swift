@@ -137,7 +137,34 @@ public final class SQLiteStore: BeaconStore {
             limits: OfflineLimits(
                 perChat: try row.decode(forColumn: "per_chat"), perGroup: try row.decode(forColumn: "per_group"),
                 maxAgeSeconds: try row.decode(forColumn: "max_age_seconds")),
-            createdAt: try row.decode(forColumn: "created_at"), tokensValidAfter: try row.decode(forColumn: "tokens_valid_after"))
+            createdAt: try row.decode(forColumn: "created_at"), tokensValidAfter: try row.decode(forColumn: "tokens_valid_after"),
+            tencent: try Self.tencentIdentity(
+                appID: row.decode(forColumn: "tencent_app_id"), sealedKey: row.decode(forColumn: "tencent_sealed_key"),
+                admin: row.decode(forColumn: "tencent_admin")))
+    }
+
+    /// The Tencent identity of an app row: all three columns, or none.
+    private static func tencentIdentity(appID: Int64?, sealedKey: Data?, admin: String?) throws -> TencentIdentity? {
+        guard let appID, let sealedKey, let admin else { return nil }
+        return TencentIdentity(sdkAppID: appID, sealedKey: [UInt8](sealedKey), adminIdentifier: admin)
+    }
+
+    public func setTencentIdentity(_ identity: TencentIdentity, app: Int64) async throws -> AppRecord? {
+        try await write { db in
+            try Self.mapConstraint("SDKAppID \(identity.sdkAppID) belongs to another app") {
+                try db.execute(
+                    sql: "UPDATE apps SET tencent_app_id = ?, tencent_sealed_key = ?, tencent_admin = ? WHERE id = ?",
+                    arguments: [identity.sdkAppID, Data(identity.sealedKey), identity.adminIdentifier, app])
+            }
+            guard db.changesCount > 0 else { return nil }
+            return try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE id = ?", arguments: [app]).map(Self.app(from:))
+        }
+    }
+
+    public func app(tencentAppID sdkAppID: Int64) async throws -> AppRecord? {
+        try await read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM apps WHERE tencent_app_id = ?", arguments: [sdkAppID]).map(Self.app(from:))
+        }
     }
 
     public func rotateClientSecret(app: Int64, newSecretHash: String, now: Int64) async throws -> AppRecord? {
@@ -282,62 +309,6 @@ public final class SQLiteStore: BeaconStore {
             } else {
                 try db.execute(sql: "DELETE FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, group])
             }
-        }
-    }
-
-    // MARK: Groups
-
-    public func createGroup(_ group: GroupRecord, members: [String]) async throws {
-        try await write { db in
-            try Self.mapConstraint("group \(group.id) already exists") {
-                try db.execute(
-                    sql: """
-                        INSERT INTO chat_groups (app_id, id, name, description, owner, max_users, created_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [group.appID, group.id, group.name, group.description, group.owner, group.maxUsers, group.createdAt])
-            }
-            let insert = try db.cachedStatement(
-                sql: "INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
-            for member in Set(members + [group.owner]) {
-                try insert.execute(arguments: [group.appID, group.id, member, group.createdAt])
-            }
-        }
-    }
-
-    public func group(_ id: String, app: Int64) async throws -> GroupRecord? {
-        try await read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM chat_groups WHERE app_id = ? AND id = ?", arguments: [app, id]).map { row in
-                GroupRecord(
-                    appID: try row.decode(forColumn: "app_id"), id: try row.decode(forColumn: "id"),
-                    name: try row.decode(forColumn: "name"),
-                    description: try row.decode(forColumn: "description"), owner: try row.decode(forColumn: "owner"),
-                    maxUsers: try row.decode(forColumn: "max_users"), createdAt: try row.decode(forColumn: "created_at"))
-            }
-        }
-    }
-
-    public func groupMembers(_ id: String, app: Int64) async throws -> [String] {
-        try await read { db in
-            try String.fetchAll(
-                db, sql: "SELECT username FROM group_members WHERE app_id = ? AND group_id = ? ORDER BY username", arguments: [app, id])
-        }
-    }
-
-    public func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool {
-        try await write { db in
-            try db.execute(
-                sql: "INSERT INTO group_members (app_id, group_id, username, joined_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                arguments: [app, group, username, now])
-            return db.changesCount > 0
-        }
-    }
-
-    public func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool {
-        try await write { db in
-            try db.execute(
-                sql: "DELETE FROM group_members WHERE app_id = ? AND group_id = ? AND username = ?", arguments: [app, group, username])
-            return db.changesCount > 0
         }
     }
 

@@ -15,6 +15,8 @@ struct API: Sendable {
     let logger: Logger
     /// The reverse proxies whose forwarding headers Beacon believes (`origin(of:context:)`).
     var proxies = TrustedProxies.none
+    /// The server's secret key: seals and opens apps' Tencent secret keys (`TencentIdentities`). Nil: no Tencent door.
+    var box: SecretBox?
     private let apps = AppCache()
 
     static let maxBodyBytes = 256 * 1024
@@ -54,7 +56,7 @@ struct API: Sendable {
     /// Gives `app` a new client secret (`AppProvisioning.rotateSecret`) and replaces this node's cached copy at once.
     func rotateClientSecret(of app: AppRecord) async throws -> AppCredentials {
         let now = clock()
-        let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, now: now)
+        let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, box: box, now: now)
         apps.put(rotated, now: now)
         return credentials
     }

@@ -8,23 +8,34 @@ public struct AppCredentials: Sendable, Codable {
     public var app: String
     public var clientID: String
     public var clientSecret: String
+    /// Tencent Cloud IM's SDKAppID and secret key (`TencentIdentities`), when the app has them and they were made now.
+    public var sdkAppID: Int64?
+    public var sdkSecretKey: String?
 
     enum CodingKeys: String, CodingKey {
-        case org, app, clientID = "client_id", clientSecret = "client_secret"
+        case org, app, clientID = "client_id", clientSecret = "client_secret", sdkAppID = "sdkappid", sdkSecretKey = "sdk_secret_key"
     }
 }
 
 /// Creating apps (the CLI, tests and demos share this).
 public enum AppProvisioning {
-    /// Creates app `key` with a random client id and, unless `secret` is given, a random client secret.
+    /// Creates app `key` with a random client id and, unless `secret` is given, a random client secret. With `box` (the
+    /// server's secret key), the app also gets a Tencent identity: a random SDKAppID and secret key (`TencentIdentities`).
     public static func create(
-        _ key: AppKey, in store: any BeaconStore, limits: OfflineLimits = .default,
+        _ key: AppKey, in store: any BeaconStore, box: SecretBox? = nil, limits: OfflineLimits = .default,
         now: Int64 = Int64(Date().timeIntervalSince1970 * 1000), secret: String? = nil
     ) async throws -> AppCredentials {
         let clientID = "YXA6" + Credentials.randomToken(bytes: 16)
         let secret = secret ?? "YXA6" + Credentials.randomToken(bytes: 32)
-        _ = try await store.createApp(key, clientID: clientID, clientSecretHash: Credentials.hashSecret(secret), limits: limits, now: now)
-        return AppCredentials(org: key.org, app: key.name, clientID: clientID, clientSecret: secret)
+        let app = try await store.createApp(
+            key, clientID: clientID, clientSecretHash: Credentials.hashSecret(secret), limits: limits, now: now)
+        var credentials = AppCredentials(org: key.org, app: key.name, clientID: clientID, clientSecret: secret)
+        if let box {
+            let (tencent, _) = try await TencentIdentities.assign(to: app, in: store, box: box)
+            credentials.sdkAppID = tencent.sdkAppID
+            credentials.sdkSecretKey = tencent.secretKey
+        }
+        return credentials
     }
 
     /// Gives app `key` a new random client secret (its client id stays) and ends what the old one opened: app tokens
@@ -34,20 +45,34 @@ public enum AppProvisioning {
     /// Through the store, so it works beside running servers: the node that rotates forgets its cached copy at once
     /// (`API.rotateClientSecret`); other nodes, and a server beside the CLI, may accept an old app token for at most
     /// `AppCache.lifetime` more. The old secret obtains nothing from then on (`client_credentials` reads the app afresh).
+    ///
+    /// With `box`, the app's Tencent secret key is replaced too (its SDKAppID and admin stay; an app without a Tencent
+    /// identity gets one): UserSigs signed with the old key are refused from then on.
     public static func rotateSecret(
-        _ key: AppKey, in store: any BeaconStore, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+        _ key: AppKey, in store: any BeaconStore, box: SecretBox? = nil, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
     ) async throws -> AppCredentials {
         guard let app = try await store.app(key) else { throw BeaconError(.appNotFound, "application \(key) does not exist") }
-        let (credentials, _) = try await rotateSecret(of: app, in: store, now: now)
+        let (credentials, _) = try await rotateSecret(of: app, in: store, box: box, now: now)
         return credentials
     }
 
-    /// `rotateSecret(_:in:now:)` for a stored app; also the app as it now is.
-    static func rotateSecret(of app: AppRecord, in store: any BeaconStore, now: Int64) async throws -> (AppCredentials, AppRecord) {
+    /// `rotateSecret(_:in:box:now:)` for a stored app; also the app as it now is.
+    static func rotateSecret(of app: AppRecord, in store: any BeaconStore, box: SecretBox?, now: Int64) async throws -> (
+        AppCredentials, AppRecord
+    ) {
         let secret = "YXA6" + Credentials.randomToken(bytes: 32)
-        guard let rotated = try await store.rotateClientSecret(app: app.id, newSecretHash: Credentials.hashSecret(secret), now: now) else {
+        guard var rotated = try await store.rotateClientSecret(app: app.id, newSecretHash: Credentials.hashSecret(secret), now: now) else {
             throw BeaconError(.appNotFound, "application \(app.key) does not exist")
         }
-        return (AppCredentials(org: app.key.org, app: app.key.name, clientID: rotated.clientID, clientSecret: secret), rotated)
+        var credentials = AppCredentials(org: app.key.org, app: app.key.name, clientID: rotated.clientID, clientSecret: secret)
+        if let box {
+            let tencent: TencentIdentities.Made
+            (tencent, rotated) = try await TencentIdentities.assign(
+                to: rotated, in: store, box: box, sdkAppID: rotated.tencent?.sdkAppID,
+                admin: rotated.tencent?.adminIdentifier ?? TencentIdentity.defaultAdmin)
+            credentials.sdkAppID = tencent.sdkAppID
+            credentials.sdkSecretKey = tencent.secretKey
+        }
+        return (credentials, rotated)
     }
 }

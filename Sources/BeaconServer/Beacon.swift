@@ -109,6 +109,7 @@ public struct BeaconServer: Sendable {
             store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
         var api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
         api.proxies = configuration.trustedProxies
+        api.box = configuration.secretBox
         self.api = api
     }
 
@@ -208,6 +209,7 @@ public struct BeaconServer: Sendable {
             CredentialRoutes(api: api),
         ]
         for collection in collections { collection.register(on: app) }
+        TencentDoor(commands: TencentCommands(api: api, messages: messages, switchboard: switchboard)).register(on: router, table: routes)
         return router
     }
 

@@ -33,6 +33,9 @@ enum Credentials {
     }
 
     /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts); the round count travels with the hash.
+    /// The stored hash of an account without a password (imported through Tencent's door): no password matches it.
+    static let noPassword = "none"
+
     static func hashPassword(_ password: String, rounds: Int) throws -> String {
         let salt = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
         let derived = try derive(password, salt: salt, rounds: rounds)

@@ -110,7 +110,7 @@ public struct SecretBox: Sendable {
 }
 
 extension SecretBox {
-    /// Seals every stored secret — push credentials and webhook secrets — with `new` instead of this key (`beacon
+    /// Seals every stored secret — push credentials, webhook secrets, Tencent secret keys — with `new` instead of this key (`beacon
     /// rotate-key`). A secret `new` already opens is left as it is, so a rotation cut short can simply run again; one
     /// that neither key opens stops it, naming it. Re-setting a webhook resets its failure count; its waiting events stay.
     /// Returns how many secrets were sealed again.
@@ -129,6 +129,11 @@ extension SecretBox {
                 }
                 config.sealedSecret = sealed
                 try await store.savePushConfig(config)
+                count += 1
+            }
+            if var tencent = app.tencent, let sealed = try resealed(tencent.sealedKey, app: app, what: "the Tencent secret key") {
+                tencent.sealedKey = sealed
+                _ = try await store.setTencentIdentity(tencent, app: app.id)
                 count += 1
             }
             if var webhook = try await store.webhook(app: app.id)?.config,

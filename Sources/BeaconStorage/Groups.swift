@@ -2,6 +2,7 @@ import BeaconCore
 
 /// Chat groups and their members.
 public protocol GroupStore: Sendable {
+    /// Stores the group with its members and its owner (an empty owner, a group only the app owns, is no member).
     func createGroup(_ group: GroupRecord, members: [String]) async throws
     func group(_ id: String, app: Int64) async throws -> GroupRecord?
     /// Usernames of the group's members (the owner included), sorted.
@@ -10,6 +11,10 @@ public protocol GroupStore: Sendable {
     func addGroupMember(_ username: String, group: String, app: Int64, now: Int64) async throws -> Bool
     /// False if the user was not a member.
     func removeGroupMember(_ username: String, group: String, app: Int64) async throws -> Bool
+    /// Deletes the group and its memberships (the messages it had stay in their receivers' inboxes). False if there was none.
+    func deleteGroup(_ id: String, app: Int64) async throws -> Bool
+    /// The ids of the groups the user is a member of, sorted.
+    func groups(of username: String, app: Int64) async throws -> [String]
 }
 
 /// A chat group as stored.

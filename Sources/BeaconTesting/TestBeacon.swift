@@ -131,7 +131,8 @@ public struct TestBeacon: Sendable {
                 logger.logLevel = .warning
                 return logger
             }()
-        let credentials = try await store.app(options.app) == nil ? try await AppProvisioning.create(options.app, in: store) : nil
+        let box = options.secretKey.map { SecretBox(key: $0) }
+        let credentials = try await store.app(options.app) == nil ? try await AppProvisioning.create(options.app, in: store, box: box) : nil
         // Retention (newest 500 per conversation) would trim a test's inbox if the test outlasted one interval on a loaded
         // machine; no server test relies on its timer (the conformance suite calls it directly).
         var configuration = BeaconConfiguration(host: "127.0.0.1", port: 0, retentionInterval: .seconds(3600), passwordHashRounds: 1000)
@@ -139,7 +140,7 @@ public struct TestBeacon: Sendable {
         configuration.webhookPrivateTargets = webhookPrivateTargets
         configuration.sendLimits = sendLimits
         configuration.trustedProxies = options.trustedProxies
-        configuration.secretBox = options.secretKey.map { SecretBox(key: $0) }
+        configuration.secretBox = box
         let (outcomes, outcomeSink) = AsyncStream.makeStream(of: PushAttemptOutcome.self)
         if options.recordsPushOutcomes {
             configuration.onPushAttempts = { for outcome in $0 { outcomeSink.yield(outcome) } }

@@ -15,14 +15,14 @@ import ServiceLifecycle
 
 struct AppCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "app", abstract: "Manage apps (tenants).", subcommands: [Create.self, RotateSecret.self])
+        commandName: "app", abstract: "Manage apps (tenants).", subcommands: [Create.self, RotateSecret.self, Tencent.self])
 
     /// What `app create` and `app rotate-secret` take: the app, the output form, the data options.
     struct Target: ParsableArguments {
         @Argument(help: "The app as ORG/APP.")
         var app: String
 
-        @Flag(help: "Print {\"org\",\"app\",\"client_id\",\"client_secret\"} as JSON.")
+        @Flag(help: "Print {\"org\",\"app\",\"client_id\",\"client_secret\",\"sdkappid\",\"sdk_secret_key\"} as JSON.")
         var json = false
 
         @OptionGroup var data: DataOptions
@@ -30,7 +30,8 @@ struct AppCommand: AsyncParsableCommand {
         /// Runs `change` on the app in the configured store and prints the credentials it returns, as JSON or as text
         /// under `headline` (the secret is shown this once).
         func provision(
-            headline: (AppKey) -> String, change: @escaping @Sendable (AppKey, any BeaconStore) async throws -> AppCredentials
+            headline: (AppKey) -> String,
+            change: @escaping @Sendable (AppKey, any BeaconStore, SecretBox) async throws -> AppCredentials
         ) async throws {
             let config = try await data.reader(flags: [:])
             let key: AppKey
@@ -39,15 +40,20 @@ struct AppCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError(error.message)
             }
-            let credentials = try await withConfiguredStore(config, logger: try makeLogger(config, fallbackLevel: .warning)) {
-                store, _ in try await change(key, store)
+            let logger = try makeLogger(config, fallbackLevel: .warning)
+            let credentials = try await withConfiguredStore(config, logger: logger) { store, database in
+                try await change(key, store, try configuredSecretBox(config, database: database, logger: logger))
             }
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
                 print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
             } else {
-                print("\(headline(key))\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
+                print(
+                    "\(headline(key))\nclient_id:      \(credentials.clientID)\nclient_secret:  \(credentials.clientSecret)  (shown once)")
+                if let sdkAppID = credentials.sdkAppID, let secretKey = credentials.sdkSecretKey {
+                    print("sdkappid:       \(sdkAppID)  (Tencent Cloud IM)\nsdk_secret_key: \(secretKey)  (shown once)")
+                }
             }
         }
     }
@@ -61,7 +67,7 @@ struct AppCommand: AsyncParsableCommand {
         func run() async throws {
             try await target.provision(
                 headline: { "Created app \($0)" },
-                change: { key, store in try await AppProvisioning.create(key, in: store) })
+                change: { key, store, box in try await AppProvisioning.create(key, in: store, box: box) })
         }
     }
 
@@ -70,7 +76,8 @@ struct AppCommand: AsyncParsableCommand {
             commandName: "rotate-secret",
             abstract: "Give an app a new client secret and print it (shown only once); what the old one opened ends.",
             discussion: """
-                The client id stays. App tokens issued until now are refused (a running node may accept them for up to 5 \
+                The client id stays, and so does the Tencent SDKAppID, whose secret key is rotated too (an app without one \
+                gets one). App tokens issued until now are refused (a running node may accept them for up to 5 \
                 seconds more), every console session of the app ends, and the old secret obtains nothing more. Runs beside \
                 running servers, on SQLite and PostgreSQL alike.
                 """)
@@ -80,7 +87,64 @@ struct AppCommand: AsyncParsableCommand {
         func run() async throws {
             try await target.provision(
                 headline: { "Rotated the client secret of \($0); its app tokens and console sessions have ended" },
-                change: { key, store in try await AppProvisioning.rotateSecret(key, in: store) })
+                change: { key, store, box in try await AppProvisioning.rotateSecret(key, in: store, box: box) })
+        }
+    }
+
+    struct Tencent: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set an app's Tencent Cloud IM identity: SDKAppID, secret key and admin identifier (docs/tencent.md).",
+            discussion: """
+                Without --sdkappid and --secret-key, the app gets a new random pair (its SDKAppID kept if it has one). With \
+                them, an app moving from Tencent Cloud IM keeps its own: the UserSigs its backend makes go on working. \
+                Prints the SDKAppID and the secret key (shown once).
+                """)
+
+        @Argument(help: "The app as ORG/APP.")
+        var app: String
+
+        @Option(help: "The SDKAppID to use (a positive integer, unique in this database).")
+        var sdkappid: Int64?
+
+        @Option(name: .customLong("secret-key"), help: "The secret key to use (Tencent's: 64 hex digits).")
+        var secretKey: String?
+
+        @Option(help: "The administrator's identifier, the only one that may call the /v4 REST door.")
+        var admin = TencentIdentity.defaultAdmin
+
+        @Flag(help: "Print {\"org\",\"app\",\"sdkappid\",\"sdk_secret_key\",\"admin\"} as JSON.")
+        var json = false
+
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            let key: AppKey
+            do {
+                key = try AppKey(parsing: app)
+            } catch {
+                throw ValidationError(error.message)
+            }
+            let config = try await data.reader(flags: [:])
+            let logger = try makeLogger(config, fallbackLevel: .warning)
+            let (sdkAppID, secretKey, admin) = (sdkappid, secretKey, admin)
+            let made = try await withConfiguredStore(config, logger: logger) { store, database in
+                let box = try configuredSecretBox(config, database: database, logger: logger)
+                guard let app = try await store.app(key) else { throw BeaconError(.appNotFound, "application \(key) does not exist") }
+                return try await TencentIdentities.assign(
+                    to: app, in: store, box: box, sdkAppID: sdkAppID ?? app.tencent?.sdkAppID, secretKey: secretKey, admin: admin
+                ).0
+            }
+            if json {
+                let fields: [String: JSONValue] = [
+                    "org": .string(key.org), "app": .string(key.name), "sdkappid": .number(Double(made.sdkAppID)),
+                    "sdk_secret_key": .string(made.secretKey), "admin": .string(made.adminIdentifier),
+                ]
+                print(JSONWriter.string(.object(fields)))
+            } else {
+                print(
+                    "Tencent identity of \(key)\nsdkappid:       \(made.sdkAppID)\nsdk_secret_key: \(made.secretKey)  (shown once)\nadmin:          \(made.adminIdentifier)"
+                )
+            }
         }
     }
 }

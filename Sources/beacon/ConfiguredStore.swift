@@ -64,3 +64,15 @@ func withConfiguredStore<T: Sendable>(
     defer { withExtendedLifetime(held) {} }
     return try await location.withStore(logger: logger) { try await body($0, database) }
 }
+
+/// The server's secret key as configured: `secret-key` (BEACON_SECRET_KEY), or on SQLite the data directory's key file
+/// (created when missing). PostgreSQL's nodes share one: it must be configured.
+func configuredSecretBox(_ config: ConfigReader, database: ConfiguredDatabase, logger: Logger) throws -> SecretBox {
+    if let key = config.value(Settings.secretKey) { return try SecretBox(base64: key) }
+    if case .postgres = database {
+        throw ValidationError(
+            "with PostgreSQL the secret key sealing push credentials lives in configuration, not on this machine: set BEACON_SECRET_KEY (32 bytes, base64; e.g. openssl rand -base64 32)"
+        )
+    }
+    return try SecretBox.fromDataDirectory(config.value(Settings.dataDir), logger: logger)
+}

@@ -86,15 +86,7 @@ struct Serve: AsyncParsableCommand {
         if !configuration.trustedProxies.isEmpty {
             logger.info("believing X-Forwarded-For and X-Forwarded-Proto from \(configuration.trustedProxies)")
         }
-        if let key = config.value(Settings.secretKey) {
-            configuration.secretBox = try SecretBox(base64: key)
-        } else if case .postgres = database {
-            throw ValidationError(
-                "with PostgreSQL the secret key sealing push credentials lives in configuration, not on this machine: set BEACON_SECRET_KEY (32 bytes, base64; e.g. openssl rand -base64 32)"
-            )
-        } else {
-            configuration.secretBox = try SecretBox.fromDataDirectory(dataDir, logger: logger)
-        }
+        configuration.secretBox = try configuredSecretBox(config, database: database, logger: logger)
         var services: [any Service] = []
         var simulator: APNsSimulator?
         if config.value(Settings.apnsSimulator) {

@@ -46,4 +46,30 @@ import Testing
             #expect(try await store.deleteAllConsoleSessions() == 0)
         }
     }
+
+    @Test(arguments: StoreKind.available)
+    func aTencentIdentityIsStoredFoundByItsSDKAppIDAndUniqueToOneApp(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            #expect(app.tencent == nil)
+            let other = try await store.createApp(
+                AppKey(org: "acme", name: "other"), clientID: "i2", clientSecretHash: "h2", limits: .default, now: now)
+            let identity = TencentIdentity(sdkAppID: 1_400_000_123, sealedKey: [1, 2, 3, 0, 255], adminIdentifier: "boss")
+            let updated = try #require(try await store.setTencentIdentity(identity, app: app.id))
+            #expect(updated.tencent == identity && updated.clientSecretHash == app.clientSecretHash)
+            #expect(try await store.app(tencentAppID: 1_400_000_123) == updated)
+            #expect(try await store.app(id: app.id)?.tencent == identity)
+            #expect(try await store.app(tencentAppID: 1_400_000_124) == nil)
+            // Another app cannot take the SDKAppID; the first keeps it.
+            await #expect(throws: BeaconError.self) {
+                try await store.setTencentIdentity(TencentIdentity(sdkAppID: 1_400_000_123, sealedKey: [9]), app: other.id)
+            }
+            #expect(try await store.app(id: other.id)?.tencent == nil)
+            // Replacing it (a rotated key) keeps it findable; a rotated client secret keeps it.
+            let rotatedKey = TencentIdentity(sdkAppID: 1_400_000_123, sealedKey: [4, 5], adminIdentifier: "boss")
+            #expect(try await store.setTencentIdentity(rotatedKey, app: app.id)?.tencent == rotatedKey)
+            #expect(try await store.rotateClientSecret(app: app.id, newSecretHash: "h3", now: now + 1)?.tencent == rotatedKey)
+            #expect(try await store.setTencentIdentity(identity, app: 987_654) == nil)
+        }
+    }
 }

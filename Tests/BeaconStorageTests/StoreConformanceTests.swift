@@ -110,6 +110,20 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(try await !store.removeGroupMember("bob", group: "g1", app: app.id))
             #expect(try await store.groupMembers("g1", app: app.id) == ["alice", "carol"])
             await #expect(throws: BeaconError.self) { try await store.createGroup(group, members: []) }
+
+            // A group only the app owns (Tencent's create_group without Owner_Account): its empty owner is no member.
+            let appOwned = GroupRecord(appID: app.id, id: "g2", name: "A", description: "", owner: "", maxUsers: 10, createdAt: now)
+            try await store.createGroup(appOwned, members: ["carol"])
+            #expect(try await store.groupMembers("g2", app: app.id) == ["carol"])
+            #expect(try await store.groups(of: "carol", app: app.id) == ["g1", "g2"])
+            #expect(try await store.groups(of: "bob", app: app.id) == [])
+            // Deleting a group takes its memberships; another group keeps its own.
+            #expect(try await store.deleteGroup("g1", app: app.id))
+            #expect(try await !store.deleteGroup("g1", app: app.id))
+            #expect(try await store.group("g1", app: app.id) == nil)
+            #expect(try await store.groupMembers("g1", app: app.id) == [])
+            #expect(try await store.groups(of: "carol", app: app.id) == ["g2"])
+            #expect(try await store.groupMembers("g2", app: app.id) == ["carol"])
         }
     }
 

@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconProtocol
 import BeaconStorage
+import BeaconTencent
 import Hummingbird
 
 /// Sending messages over REST (Easemob's `messages/users`, `messages/chatgroups` and the older `messages`).
@@ -112,54 +113,5 @@ struct LegacySendMessageRequest: Sendable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case targetType = "target_type", target, msg, from, ext, offlinePushInfo = "offline_push_info", msgID = "msg_id"
-    }
-}
-
-/// Tencent IM's `OfflinePushInfo` (snake_case), accepted on REST sends.
-struct OfflinePushInfo: Sendable, Codable, Hashable {
-    /// 1: do not push this message.
-    var pushFlag: Int?
-    var title: String?
-    var desc: String?
-    /// Delivered as the payload's `ext`.
-    var ext: String?
-    var apnsInfo: ApnsInfo?
-
-    struct ApnsInfo: Sendable, Codable, Hashable {
-        var sound: String?
-        /// 1: this message does not raise the badge.
-        var badgeMode: Int?
-        var title: String?
-        var subTitle: String?
-        var image: String?
-        var mutableContent: Int?
-
-        enum CodingKeys: String, CodingKey {
-            case sound, badgeMode = "badge_mode", title, subTitle = "sub_title", image, mutableContent = "mutable_content"
-        }
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case pushFlag = "push_flag", title, desc, ext, apnsInfo = "apns_info"
-    }
-
-    /// The same request in Easemob's `ext` keys (SPEC §3–§4); keys the sender set in `ext` win.
-    public func merged(into ext: [String: JSONValue]) -> [String: JSONValue] {
-        var result = ext
-        var apns = ext["em_apns_ext"]?.objectValue ?? [:]
-        func set(_ key: String, _ value: JSONValue?) {
-            if let value, apns[key] == nil { apns[key] = value }
-        }
-        if pushFlag == 1, result["em_ignore_notification"] == nil { result["em_ignore_notification"] = true }
-        set("em_push_title", (apnsInfo?.title ?? title).map(JSONValue.string))
-        set("em_push_content", desc.map(JSONValue.string))
-        set("em_alert_subTitle", apnsInfo?.subTitle.map(JSONValue.string))
-        set("em_push_sound", apnsInfo?.sound.map(JSONValue.string))
-        if apnsInfo?.mutableContent == 1 { set("em_push_mutable_content", true) }
-        set("em_push_image", apnsInfo?.image.map(JSONValue.string))
-        set("tencent_ext", ext["em_apns_ext"]?["tencent_ext"] == nil ? self.ext.map(JSONValue.string) : nil)
-        if apnsInfo?.badgeMode == 1 { set("em_push_badge_unchanged", true) }
-        if !apns.isEmpty { result["em_apns_ext"] = .object(apns) }
-        return result
     }
 }

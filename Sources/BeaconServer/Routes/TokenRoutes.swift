@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconProtocol
 import BeaconStorage
+import BeaconTencent
 import Hummingbird
 
 /// `POST /token`: app tokens for client credentials, user tokens for a username and password (Easemob's grants).
@@ -57,8 +58,51 @@ struct TokenRoutes: AppRouteCollection {
             claims.user = username
             claims.uid = user.uuid
             return API.json(TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: lifetime, user: UserEntity(user)))
+        case "usersig":
+            // Tencent's login: a UserSig the app's backend made (the secret key never leaves it and Beacon keeps no password).
+            // The token lasts no longer than the UserSig does. An account that logs in for the first time is imported, as at
+            // Tencent.
+            guard let username = body.username, let sig = body.usersig, (try? Validation.validateUsername(username)) != nil else {
+                throw BeaconError(.invalidGrant, "username or usersig is wrong")
+            }
+            // Checked against the app as stored now, not the cached copy: a rotated key, or one set from the command line a
+            // moment ago, holds at once on every node.
+            guard let current = try await api.currentApp(app) else {
+                throw BeaconError(.appNotFound, "application \(app.key) does not exist")
+            }
+            // The administrator is the backend, never a user (its UserSig opens the /v4 door, not a user's login).
+            // The administrator is the backend, never a user (its UserSig opens the /v4 door, not a user's login).
+            guard username != current.tencent?.adminIdentifier else { throw BeaconError(.invalidGrant, "username or usersig is wrong") }
+            let userSig: UserSig
+            do {
+                userSig = try api.verifyUserSig(sig, identifier: username, app: current)
+            } catch let failure as UserSig.Failure {
+                throw BeaconError(.invalidGrant, "the usersig does not hold: \(TencentFailure(failure).info)")
+            }
+            let user = try await importedUser(username, app: current)
+            let remaining = Int(max(1, (userSig.time + userSig.expire) - now / 1000))
+            claims.exp = now + Int64(min(lifetime, remaining)) * 1000
+            claims.user = username
+            claims.uid = user.uuid
+            return API.json(
+                TokenResponse(accessToken: api.tokens.issue(claims), expiresIn: min(lifetime, remaining), user: UserEntity(user)))
         default:
-            throw BeaconError.illegal("grant_type must be client_credentials or password")
+            throw BeaconError.illegal("grant_type must be client_credentials, password or usersig")
         }
+    }
+
+    /// The user `username`, imported (no password) when there is none yet.
+    private func importedUser(_ username: String, app: AppRecord) async throws -> UserRecord {
+        if let user = try await store.user(username, app: app.id) { return user }
+        do {
+            _ = try await store.createUsers(
+                [NewUser(username: username, passwordHash: Credentials.noPassword)], app: app.id, now: api.clock())
+        } catch let error as BeaconError where error.code == .duplicate {
+            // Imported meanwhile by another login.
+        }
+        guard let user = try await store.user(username, app: app.id) else {
+            throw BeaconError(.userNotFound, "user \(username) does not exist")
+        }
+        return user
     }
 }

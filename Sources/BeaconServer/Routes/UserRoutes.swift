@@ -13,6 +13,7 @@ struct UserRoutes: AppRouteCollection {
     let passwordHashRounds: Int
 
     var store: any BeaconStore { api.store }
+    var accounts: AccountActions { AccountActions(store: store, switchboard: switchboard, clock: api.clock) }
 
     func register(on routes: AppRoutes) {
         routes.add(.post, "users", .app, createUsers)
@@ -98,11 +99,7 @@ struct UserRoutes: AppRouteCollection {
         guard let user = try await store.user(username, app: app.id) else {
             throw BeaconError(.userNotFound, "user \(username) does not exist")
         }
-        // Disconnected, deleted, then disconnected again: a session that registered in between (its token still held)
-        // ends too, and none of the old user's devices stays online to receive what is sent to a new user of the name.
-        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
-        _ = try await store.deleteUser(username, app: app.id, now: api.clock())
-        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
+        _ = try await accounts.delete(username, app: app)
         return api.respond(request, app: app, action: "delete", entities: [UserEntity(user)])
     }
 
@@ -127,9 +124,7 @@ struct UserRoutes: AppRouteCollection {
     /// Easemob's forced logout: every device of the user is disconnected and every token revoked.
     @Sendable func disconnect(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let (app, user) = try await api.pathUser(context)
-        try await store.revokeTokens(of: user.username, app: app.id, before: api.clock() + 1)
-        try await store.unbindAll(username: user.username, app: app.id)
-        await switchboard.disconnectAll(of: user.username, app: app.id, reason: "kicked")
+        try await accounts.kick(user.username, app: app)
         return api.respond(request, app: app, action: "get", data: ["result": true] as JSONValue)
     }
 
