@@ -231,7 +231,8 @@ public final class PostgresStore: BeaconStore {
                 maxAgeSeconds: try row["max_age_seconds"].decode(Int64.self)),
             createdAt: try row["created_at"].decode(Int64.self), tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self),
             tencent: try Self.tencentIdentity(
-                appID: row["tencent_app_id"].decode(Int64?.self), sealedKey: row["tencent_sealed_key"].decode(Data?.self).map { [UInt8]($0) },
+                appID: row["tencent_app_id"].decode(Int64?.self),
+                sealedKey: row["tencent_sealed_key"].decode(Data?.self).map { [UInt8]($0) },
                 admin: row["tencent_admin"].decode(String?.self)))
     }
 

@@ -32,7 +32,7 @@ extension BeaconServer {
         let now = configuration.clock()
         let secret = "YXA6" + box.derivedKey(for: "demo client secret").withUnsafeBytes { Array($0) }.lowercaseHex
         if try await store.app(key) == nil {
-            _ = try await AppProvisioning.create(key, in: store, now: now, secret: secret)
+            _ = try await AppProvisioning.create(key, in: store, box: box, now: now, secret: secret)
         }
         guard let app = try await store.app(key) else { throw BeaconConfigurationError("demo app missing") }
         let setup = DemoSetup(

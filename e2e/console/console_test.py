@@ -129,6 +129,9 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 # No certificate expires soon: nothing stands in for the warning (it once showed "null").
                 expect(page.locator("#main")).not_to_contain_text("null")
                 expect(page.locator("#app-name")).to_have_text("demo/chat")
+                # The app's identifiers: its client id and the Tencent SDKAppID it was created with.
+                expect(page.locator("#client-id")).to_have_text(credentials["client_id"])
+                expect(page.locator("#sdkappid")).to_have_text(re.compile(r"^1[4-9]\d{8}$|^2\d{9}$"))
                 page.get_by_role("link", name="Push certificates").click()
                 expect(page.locator('#certificate-list tr[data-name="demo-apns"]')).to_contain_text("com.example.beacon.demo")
             failures.step("signing in shows the demo's push certificate", signed_in)
@@ -499,6 +502,8 @@ def run(beacon: str, chromium: str, screenshots: Path) -> int:
                 expect(page.locator("#new-client-id")).to_have_text(credentials["client_id"])
                 secret = page.locator("#new-client-secret").inner_text()
                 assert secret and secret != credentials["client_secret"], f"no new secret shown ({secret!r})"
+                # The Tencent secret key is rotated with it, shown once beside it.
+                expect(page.locator("#new-sdk-secret-key")).to_have_text(re.compile(r"^[0-9a-f]{64}$"))
                 # The session ended on the server: its cookie, put back by hand, opens nothing.
                 page.context.add_cookies([old])
                 status = page.evaluate("async () => (await fetch('/demo/chat/push/certificates')).status")

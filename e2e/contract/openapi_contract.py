@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import TLSSigAPIv2  # Tencent's own UserSig generator (PyPI tls-sig-api-v2)
 from openapi_spec_validator import validate as validate_openapi
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
@@ -1043,6 +1044,27 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     report.check([e.get("username") for e in entities_of(answer)] == ["frank"], "deleteUser answers the user as it was")
     c.call("getUser", {"username": "frank"}, token=app_token, expect=404, error="user_not_found", label="(deleted)")
     c.call("deleteUser", {"username": "frank"}, token=app_token, expect=404, error="user_not_found", label="(already deleted)")
+
+    # --- the app's identifiers and Tencent's door (docs/tencent.md; e2e/tencent drives it with a Tencent server SDK) ----------
+    answer = c.call("getAppIdentity", token=app_token)
+    identity = data_of(answer) if isinstance(data_of(answer), dict) else {}
+    report.check(identity.get("client_id") == credentials["client_id"] and identity.get("sdkappid") == credentials.get("sdkappid")
+                 and identity.get("tencent_admin") == "administrator", "getAppIdentity names the client id and the SDKAppID `app create` printed", repr(identity))
+    c.call("getAppIdentity", token=tokens["carol"], expect=403, error="forbidden_op", label="(user token)")
+    sdkappid, sdk_key = credentials.get("sdkappid"), credentials.get("sdk_secret_key", "")
+    signer = TLSSigAPIv2.TLSSigAPIv2(sdkappid, sdk_key)
+    door = {"service": "im_open_login_svc", "command": "account_check"}
+    admin_query = {"sdkappid": str(sdkappid), "identifier": "administrator", "usersig": signer.gen_sig("administrator"), "random": "7", "contenttype": "json"}
+    answer = c.call("tencentCommand", door, query=admin_query, body={"CheckItem": [{"UserID": "carol"}, {"UserID": "nobody"}]})
+    items = (answer.json or {}).get("ResultItem", []) if answer and isinstance(answer.json, dict) else []
+    report.check([i.get("AccountStatus") for i in items] == ["Imported", "NotImported"], "tencentCommand account_check answers each account", repr(answer and answer.json))
+    answer = c.call("tencentCommandGet", door, query=admin_query, label="(no body: Tencent's JSON error)")
+    report.check(isinstance(answer and answer.json, dict) and answer.json.get("ActionStatus") == "FAIL", "a command without its fields fails in Tencent's envelope", repr(answer and answer.json))
+    answer = c.call("tencentCommand", door, query={**admin_query, "usersig": "not-a-usersig"}, body={}, label="(bad UserSig)")
+    report.check(isinstance(answer and answer.json, dict) and answer.json.get("ErrorCode") == 70003, "a bad UserSig is Tencent's 70003, HTTP 200", repr(answer and answer.json))
+    answer = c.call("getToken", body={"grant_type": "usersig", "username": "carol", "usersig": signer.gen_sig("carol")}, label="(usersig)")
+    report.check(bool(answer and isinstance(answer.json, dict) and answer.json.get("access_token")), "a UserSig gives carol a user token", repr(answer and answer.json))
+    c.call("getToken", body={"grant_type": "usersig", "username": "carol", "usersig": signer.gen_sig("dave")}, expect=400, error="invalid_grant", label="(another user's UserSig)")
 
     # --- rotating the client secret, last: what the old secret opened ends ----------------------------------------------
     answer = c.call("signInToConsole", body=sign_in, label="(before a rotation)")

@@ -225,9 +225,19 @@ function credentialsCard() {
     }
     showRotatedSecret(answer.data);
   });
-  return el("section", { class: "card", id: "credentials" }, el("h2", {}, "Client credentials"),
+  const identity = el("p", { id: "app-identity" });
+  call("GET", "credentials").then((answer) => {
+    const data = answer.data;
+    identity.append("Client id: ", el("code", { class: "mono", id: "client-id" }, data.client_id));
+    if (data.sdkappid !== undefined) {
+      identity.append(el("br"), "Tencent SDKAppID: ", el("code", { class: "mono", id: "sdkappid" }, String(data.sdkappid)),
+        ` (administrator ${data.tencent_admin})`);
+    }
+  }).catch((failure) => { if (console_.session) error.textContent = `The app's identifiers could not be read: ${failure.message}`; });
+  return el("section", { class: "card", id: "credentials" }, el("h2", {}, "Client credentials"), identity,
     el("p", { class: "hint" }, "A leaked client secret? Rotate it: the old one obtains nothing more, and its app tokens and console "
-      + "sessions end (on other servers of a cluster within 5 seconds). The client id stays; user tokens stay."),
+      + "sessions end (on other servers of a cluster within 5 seconds). The client id stays; user tokens stay. The Tencent "
+      + "secret key is rotated with it (the SDKAppID stays)."),
     rotate, error);
 }
 
@@ -240,7 +250,10 @@ function showRotatedSecret(credentials) {
     el("h2", {}, "New client secret"),
     el("p", {}, "Copy it now: it is shown only this once (Beacon keeps only its hash). Then sign in with it."),
     el("p", {}, "Client id: ", el("code", { class: "mono", id: "new-client-id" }, credentials.client_id)),
-    el("p", {}, "Client secret: ", el("code", { class: "mono", id: "new-client-secret" }, credentials.client_secret)));
+    el("p", {}, "Client secret: ", el("code", { class: "mono", id: "new-client-secret" }, credentials.client_secret)),
+    credentials.sdk_secret_key === undefined ? null
+      : el("p", {}, `Tencent secret key (SDKAppID ${credentials.sdkappid}): `,
+        el("code", { class: "mono", id: "new-sdk-secret-key" }, credentials.sdk_secret_key)));
   form.before(card);
   form.elements.org.value = credentials.org;
   form.elements.app.value = credentials.app;

@@ -8,7 +8,28 @@ struct CredentialRoutes: AppRouteCollection {
     let api: API
 
     func register(on routes: AppRoutes) {
+        routes.add(.get, "credentials", .app, identity)
         routes.add(.post, "credentials/rotate", .app, rotate)
+    }
+
+    /// What `GET credentials` answers: the app's identifiers, no secret.
+    struct Identity: Codable, Sendable {
+        var clientID: String
+        var sdkAppID: Int64?
+        var tencentAdmin: String?
+
+        enum CodingKeys: String, CodingKey {
+            case clientID = "client_id", sdkAppID = "sdkappid", tencentAdmin = "tencent_admin"
+        }
+    }
+
+    /// The client id and the Tencent SDKAppID and administrator (the console's "Client credentials" card).
+    @Sendable func identity(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.requireApp()
+        guard let current = try await api.currentApp(app) else { throw BeaconError(.appNotFound, "application \(app.key) does not exist") }
+        return api.respond(
+            request, app: current, action: "get",
+            data: Identity(clientID: current.clientID, sdkAppID: current.tencent?.sdkAppID, tencentAdmin: current.tencent?.adminIdentifier))
     }
 
     /// The body: the secret being replaced, which the caller must know — an app token or a console session alone (either
