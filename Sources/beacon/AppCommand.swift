@@ -50,9 +50,9 @@ struct AppCommand: AsyncParsableCommand {
                 print(String(decoding: try encoder.encode(credentials), as: UTF8.self))
             } else {
                 print(
-                    "\(headline(key))\nclient_id:      \(credentials.clientID)\nclient_secret:  \(credentials.clientSecret)  (shown once)")
+                    "\(headline(key))\nclient_id:     \(credentials.clientID)\nclient_secret: \(credentials.clientSecret)  (shown once)")
                 if let sdkAppID = credentials.sdkAppID, let secretKey = credentials.sdkSecretKey {
-                    print("sdkappid:       \(sdkAppID)  (Tencent Cloud IM)\nsdk_secret_key: \(secretKey)  (shown once)")
+                    print("sdkappid:      \(sdkAppID)  (Tencent Cloud IM)\nsdk_secret_key: \(secretKey)  (shown once)")
                 }
             }
         }

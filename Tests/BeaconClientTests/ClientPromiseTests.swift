@@ -47,6 +47,27 @@ import Testing
         }
     }
 
+    /// A Tencent app's login: the UserSig its backend made, for a user Beacon has never seen (imported on its first login).
+    @Test func loggingInWithAUserSigConnectsAndImportsTheUser() async throws {
+        try await TestBeacon.run(clock: TestClock()) { beacon in
+            try await TencentFixture.give(beacon)
+            try await beacon.createUsers("bob")
+            let client = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            try await client.login(userID: "alice", userSig: TencentFixture.aliceSig)
+            let sent = try await client.send(OutgoingChatMessage(to: "bob", content: .text("hi from a UserSig")))
+            #expect(sent.from == "alice")
+            #expect(try await beacon.rest("GET", "/users/alice").status == 200)
+            await client.logout()
+            let other = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            do {
+                try await other.login(userID: "bob", userSig: TencentFixture.aliceSig)
+                Issue.record("expected alice's UserSig to open nothing for bob")
+            } catch BeaconClientError.server(let status, let code, _) {
+                #expect(status == 400 && code == "invalid_grant")
+            }
+        }
+    }
+
     @Test func loginGivesUpWhenNoConnectionComesInTime() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("bob")

@@ -203,14 +203,17 @@ import Testing
     @Test func theRotateSecretCommandWorksBesideARunningServer() async throws {
         try await withTemporaryDirectory { directory in
             let data = directory.appendingPathComponent("data").path
-            func json(_ output: Data) throws -> [String: String] {
+            func json(_ output: Data) throws -> JSONValue {
                 let line = try #require(String(decoding: output, as: UTF8.self).split(separator: "\n").last { $0.hasPrefix("{") })
-                return try JSONDecoder().decode([String: String].self, from: Data(line.utf8))
+                return try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
             }
             let created = try await runToExit(BeaconProcess.executable, ["app", "create", "acme/chat", "--json", "--data-dir", data])
             #expect(created.status == 0)
             let old = try json(created.output)
-            let clientID = try #require(old["client_id"])
+            let clientID = try #require(old["client_id"]?.stringValue)
+            // The app's Tencent identity is made with it (the server's secret key is the data directory's).
+            let sdkAppID = try #require(old["sdkappid"]?.intValue)
+            #expect(sdkAppID >= 1_400_000_000 && old["sdk_secret_key"]?.stringValue?.utf8.count == 64)
             let server = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             defer { Task { await server.stop() } }
             let ready = try await server.line(containing: "Beacon listening on http://")
@@ -221,7 +224,7 @@ import Testing
                     baseURL, "POST", "/acme/chat/token", body: Self.grant(clientID: clientID, secret: secret), token: nil)
                 return (status, answer["access_token"]?.stringValue)
             }
-            let oldSecret = try #require(old["client_secret"])
+            let oldSecret = try #require(old["client_secret"]?.stringValue)
             let oldToken = try #require(try await token(oldSecret).token)
             #expect(try await REST.call(baseURL, "GET", "/acme/chat/users", body: nil, token: oldToken).0 == 200)
 
@@ -229,11 +232,13 @@ import Testing
                 BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--json", "--data-dir", data])
             #expect(rotated.status == 0)
             let new = try json(rotated.output)
-            #expect(new["client_id"] == clientID && new["org"] == "acme" && new["app"] == "chat")
-            let newSecret = try #require(new["client_secret"])
-            #expect(newSecret != old["client_secret"])
+            #expect(new["client_id"]?.stringValue == clientID && new["org"] == "acme" && new["app"] == "chat")
+            let newSecret = try #require(new["client_secret"]?.stringValue)
+            #expect(newSecret != old["client_secret"]?.stringValue)
+            // The SDKAppID stays; its secret key is new.
+            #expect(new["sdkappid"]?.intValue == sdkAppID && new["sdk_secret_key"] != old["sdk_secret_key"])
 
-            #expect(try await token(try #require(old["client_secret"])).status == 400)
+            #expect(try await token(try #require(old["client_secret"]?.stringValue)).status == 400)
             var status = 200
             try await waitUntil("the old token refused", timeout: .seconds(20), interval: .milliseconds(200)) {
                 status = try await REST.call(baseURL, "GET", "/acme/chat/users", token: oldToken).status

@@ -182,8 +182,8 @@ import Testing
         let create = try await BeaconProcess(["app", "create", "acme/chat", "--json", "--data-dir", data.path], environment: environment)
         let line = try await create.line(containing: "client_secret")
         _ = await create.exitStatus(within: .seconds(30))
-        let json = try JSONDecoder().decode([String: String].self, from: Data(line.utf8))
-        return (try #require(json["client_id"]), try #require(json["client_secret"]))
+        let json = try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
+        return (try #require(json["client_id"]?.stringValue), try #require(json["client_secret"]?.stringValue))
     }
 
     /// Users, a p8 configuration the simulator trusts, and a bound phone per receiver.
