@@ -198,7 +198,12 @@ extension SQLiteStore {
                     CREATE INDEX console_sessions_by_app ON console_sessions (app_id);
                     """)
         }
-        migrator.registerMigration("v12-tencent-identity") { db in
+        migrator.registerMigration("v12-schema-as-postgres") { db in
+            // `skip_reason` (v3) was never written or read: a skip's reason is `last_reason`, as on PostgreSQL. The schema
+            // conformance test keeps the two engines' schemas alike.
+            try db.execute(sql: "ALTER TABLE push_jobs DROP COLUMN skip_reason")
+        }
+        migrator.registerMigration("v13-tencent-identity") { db in
             // An app's Tencent Cloud IM identity (`setTencentIdentity`): its SDKAppID, its sealed secret key, its admin.
             try db.execute(
                 sql: """
@@ -207,11 +212,6 @@ extension SQLiteStore {
                     ALTER TABLE apps ADD COLUMN tencent_admin TEXT;
                     CREATE UNIQUE INDEX apps_by_tencent_app_id ON apps (tencent_app_id);
                     """)
-        }
-        migrator.registerMigration("v12-schema-as-postgres") { db in
-            // `skip_reason` (v3) was never written or read: a skip's reason is `last_reason`, as on PostgreSQL. The schema
-            // conformance test keeps the two engines' schemas alike.
-            try db.execute(sql: "ALTER TABLE push_jobs DROP COLUMN skip_reason")
         }
         return migrator
     }

@@ -11,6 +11,9 @@ public struct AppCredentials: Sendable, Codable {
     /// Tencent Cloud IM's SDKAppID and secret key (`TencentIdentities`), when the app has them and they were made now.
     public var sdkAppID: Int64?
     public var sdkSecretKey: String?
+    /// Why the app got no Tencent identity (or kept its old key) though one was asked for: the client credentials stand,
+    /// and `beacon app tencent` can give it one. Not part of the JSON.
+    public var tencentFailure: String?
 
     enum CodingKeys: String, CodingKey {
         case org, app, clientID = "client_id", clientSecret = "client_secret", sdkAppID = "sdkappid", sdkSecretKey = "sdk_secret_key"
@@ -25,16 +28,14 @@ public enum AppProvisioning {
         _ key: AppKey, in store: any BeaconStore, box: SecretBox? = nil, limits: OfflineLimits = .default,
         now: Int64 = Int64(Date().timeIntervalSince1970 * 1000), secret: String? = nil
     ) async throws -> AppCredentials {
+        // Tencent's door, `/v4/{service}/{command}`, answers every path that begins with `/v4/`.
+        guard key.org != "v4" else { throw BeaconError.illegal("the organization v4 is taken by Tencent's REST door (/v4/...)") }
         let clientID = "YXA6" + Credentials.randomToken(bytes: 16)
         let secret = secret ?? "YXA6" + Credentials.randomToken(bytes: 32)
         let app = try await store.createApp(
             key, clientID: clientID, clientSecretHash: Credentials.hashSecret(secret), limits: limits, now: now)
         var credentials = AppCredentials(org: key.org, app: key.name, clientID: clientID, clientSecret: secret)
-        if let box {
-            let (tencent, _) = try await TencentIdentities.assign(to: app, in: store, box: box)
-            credentials.sdkAppID = tencent.sdkAppID
-            credentials.sdkSecretKey = tencent.secretKey
-        }
+        if let box { _ = await credentials.addTencentIdentity(of: app, in: store, box: box) }
         return credentials
     }
 
@@ -65,14 +66,26 @@ public enum AppProvisioning {
             throw BeaconError(.appNotFound, "application \(app.key) does not exist")
         }
         var credentials = AppCredentials(org: app.key.org, app: app.key.name, clientID: rotated.clientID, clientSecret: secret)
-        if let box {
-            let tencent: TencentIdentities.Made
-            (tencent, rotated) = try await TencentIdentities.assign(
-                to: rotated, in: store, box: box, sdkAppID: rotated.tencent?.sdkAppID,
-                admin: rotated.tencent?.adminIdentifier ?? TencentIdentity.defaultAdmin)
-            credentials.sdkAppID = tencent.sdkAppID
-            credentials.sdkSecretKey = tencent.secretKey
-        }
+        if let box, let updated = await credentials.addTencentIdentity(of: rotated, in: store, box: box) { rotated = updated }
         return (credentials, rotated)
+    }
+}
+
+extension AppCredentials {
+    /// Gives the app a new Tencent secret key (its SDKAppID and administrator kept; new ones when it has none) and adds it
+    /// to these credentials; the app as it now is. A failure does not undo the client secret just made, which must still be
+    /// shown: it is noted in `tencentFailure`, and the app keeps the Tencent identity it had.
+    fileprivate mutating func addTencentIdentity(of app: AppRecord, in store: any BeaconStore, box: SecretBox) async -> AppRecord? {
+        do {
+            let (tencent, updated) = try await TencentIdentities.assign(
+                to: app, in: store, box: box, sdkAppID: app.tencent?.sdkAppID,
+                admin: app.tencent?.adminIdentifier ?? TencentIdentity.defaultAdmin)
+            sdkAppID = tencent.sdkAppID
+            sdkSecretKey = tencent.secretKey
+            return updated
+        } catch {
+            tencentFailure = "\(error)"
+            return nil
+        }
     }
 }

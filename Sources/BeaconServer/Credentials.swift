@@ -27,15 +27,17 @@ enum Credentials {
     /// timing does not tell which usernames exist.
     static func verifyPasswordOffLoop(_ password: String, hash: String?, rounds: Int) async throws -> Bool {
         let decoy = "pbkdf2-sha256$\(rounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        // An account without a password (`noPassword`) costs the same time as a missing one: a login tells neither apart.
+        let usable = hash.flatMap { $0 == noPassword ? nil : $0 }
         return try await hashingPool.runIfActive {
-            verifyPassword(password, hash: hash ?? decoy) && hash != nil
+            verifyPassword(password, hash: usable ?? decoy) && usable != nil
         }
     }
 
-    /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts); the round count travels with the hash.
     /// The stored hash of an account without a password (imported through Tencent's door): no password matches it.
     static let noPassword = "none"
 
+    /// `pbkdf2-sha256$ROUNDS$SALT$HASH` (base64 parts); the round count travels with the hash.
     static func hashPassword(_ password: String, rounds: Int) throws -> String {
         let salt = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
         let derived = try derive(password, salt: salt, rounds: rounds)

@@ -86,7 +86,8 @@ final class PushConfigs: Sendable {
         self.routing = Mutex(routing)
     }
 
-    /// Throws `WrongSecretKey` unless `box` opens every stored configuration (checked at start, before serving).
+    /// Throws `WrongSecretKey` unless `box` opens every stored secret — push configurations, webhook secrets, Tencent secret
+    /// keys (checked at start, before serving).
     static func checkOpens(store: any BeaconStore, box: SecretBox) async throws {
         for app in try await store.allApps() {
             for config in try await store.pushConfigs(app: app.id) {
@@ -102,6 +103,9 @@ final class PushConfigs: Sendable {
                 } catch {
                     throw WrongSecretKey(app: "\(app.key)", sealed: "the push-result webhook")
                 }
+            }
+            if let tencent = app.tencent, (try? box.open(tencent.sealedKey)) == nil {
+                throw WrongSecretKey(app: "\(app.key)", sealed: "the Tencent secret key")
             }
         }
     }

@@ -75,9 +75,9 @@ public enum Settings {
         key: "secretKey", flag: nil, environment: "BEACON_SECRET_KEY", defaultValue: nil,
         defaultText: "generated in `DATA_DIR/secret.key` (0600), with a warning",
         meaning: """
-            32 random bytes, base64 (`openssl rand -base64 32`): seals push credentials and webhook secrets and, derived \
-            from it, the token-signing key (never stored). Changing it logs every user out; a key that cannot open the \
-            stored push credentials or a webhook secret stops `serve` at start, naming it.
+            32 random bytes, base64 (`openssl rand -base64 32`): seals push credentials, webhook secrets and apps' Tencent \
+            secret keys and, derived from it, the token-signing key (never stored). Changing it logs every user out; a key \
+            that cannot open a stored secret stops `serve` at start, naming it.
             """,
         isSecret: true)
     public static let logLevel = Setting<String?>(

@@ -20,10 +20,17 @@ public enum TencentIdentities {
         to app: AppRecord, in store: any BeaconStore, box: SecretBox, sdkAppID: Int64? = nil, secretKey: String? = nil,
         admin: String = TencentIdentity.defaultAdmin
     ) async throws -> (Made, AppRecord) {
-        if let sdkAppID, sdkAppID <= 0 { throw BeaconError.illegal("the SDKAppID must be a positive integer") }
+        // Tencent's SDKAppIDs are 32-bit (and a UserSig's fields are read up to 2^40).
+        if let sdkAppID, !(1...Int64(UInt32.max)).contains(sdkAppID) {
+            throw BeaconError.illegal("the SDKAppID must be an integer from 1 to \(UInt32.max)")
+        }
         let secretKey = secretKey ?? randomSecretKey()
         try validate(secretKey: secretKey)
         try Validation.validateUsername(admin)
+        // The administrator is the backend: an account of that name would make a user's UserSig an administrator's.
+        if try await store.user(admin, app: app.id) != nil {
+            throw BeaconError(.duplicate, "\(admin) is an account of \(app.key): choose another administrator identifier")
+        }
         let sealed = try box.seal(Array(secretKey.utf8))
         for attempt in 1...5 {
             let id = sdkAppID ?? Int64.random(in: sdkAppIDs)

@@ -90,6 +90,8 @@ public struct UserSig: Sendable, Hashable {
         case .string(let text): userbuf = text
         default: throw .malformed("TLS.userbuf is not text")
         }
+        // The signed text is `TLS.name:value` lines: a value holding a line break could pass for other fields.
+        guard !identifier.contains("\n"), userbuf?.contains("\n") != true else { throw .malformed("a field holds a line break") }
         let sig = UserSig(
             identifier: identifier, sdkAppID: try integer("TLS.sdkappid"), time: try integer("TLS.time"),
             expire: try integer("TLS.expire", allowsNegative: true), userbuf: userbuf)

@@ -31,7 +31,7 @@ struct AppCommand: AsyncParsableCommand {
         /// under `headline` (the secret is shown this once).
         func provision(
             headline: (AppKey) -> String,
-            change: @escaping @Sendable (AppKey, any BeaconStore, SecretBox) async throws -> AppCredentials
+            change: @escaping @Sendable (AppKey, any BeaconStore, SecretBox?) async throws -> AppCredentials
         ) async throws {
             let config = try await data.reader(flags: [:])
             let key: AppKey
@@ -42,7 +42,18 @@ struct AppCommand: AsyncParsableCommand {
             }
             let logger = try makeLogger(config, fallbackLevel: .warning)
             let credentials = try await withConfiguredStore(config, logger: logger) { store, database in
-                try await change(key, store, try configuredSecretBox(config, database: database, logger: logger))
+                // Without the server's secret key (PostgreSQL without BEACON_SECRET_KEY), the app gets its client
+                // credentials and no Tencent identity.
+                var box: SecretBox?
+                do {
+                    box = try configuredSecretBox(config, database: database, logger: logger)
+                } catch {
+                    logger.warning("no Tencent identity without the server's secret key (\(error)); `beacon app tencent` gives one later")
+                }
+                return try await change(key, store, box)
+            }
+            if let failure = credentials.tencentFailure {
+                logger.warning("the Tencent identity was not changed (\(failure)); `beacon app tencent` gives one")
             }
             if json {
                 let encoder = JSONEncoder()
@@ -109,8 +120,9 @@ struct AppCommand: AsyncParsableCommand {
         @Option(name: .customLong("secret-key"), help: "The secret key to use (Tencent's: 64 hex digits).")
         var secretKey: String?
 
-        @Option(help: "The administrator's identifier, the only one that may call the /v4 REST door.")
-        var admin = TencentIdentity.defaultAdmin
+        @Option(
+            help: "The administrator's identifier, the only one that may call the /v4 REST door (default: the app's, else administrator).")
+        var admin: String?
 
         @Flag(help: "Print {\"org\",\"app\",\"sdkappid\",\"sdk_secret_key\",\"admin\"} as JSON.")
         var json = false
@@ -131,20 +143,39 @@ struct AppCommand: AsyncParsableCommand {
                 let box = try configuredSecretBox(config, database: database, logger: logger)
                 guard let app = try await store.app(key) else { throw BeaconError(.appNotFound, "application \(key) does not exist") }
                 return try await TencentIdentities.assign(
-                    to: app, in: store, box: box, sdkAppID: sdkAppID ?? app.tencent?.sdkAppID, secretKey: secretKey, admin: admin
+                    to: app, in: store, box: box, sdkAppID: sdkAppID ?? app.tencent?.sdkAppID, secretKey: secretKey,
+                    admin: admin ?? app.tencent?.adminIdentifier ?? TencentIdentity.defaultAdmin
                 ).0
             }
             if json {
-                let fields: [String: JSONValue] = [
-                    "org": .string(key.org), "app": .string(key.name), "sdkappid": .number(Double(made.sdkAppID)),
-                    "sdk_secret_key": .string(made.secretKey), "admin": .string(made.adminIdentifier),
-                ]
-                print(JSONWriter.string(.object(fields)))
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                print(String(decoding: try encoder.encode(TencentJSON(org: key.org, app: key.name, made: made)), as: UTF8.self))
             } else {
                 print(
                     "Tencent identity of \(key)\nsdkappid:       \(made.sdkAppID)\nsdk_secret_key: \(made.secretKey)  (shown once)\nadmin:          \(made.adminIdentifier)"
                 )
             }
+        }
+    }
+
+    /// What `app tencent --json` prints.
+    struct TencentJSON: Encodable {
+        var org: String
+        var app: String
+        var made: TencentIdentities.Made
+
+        enum CodingKeys: String, CodingKey {
+            case org, app, sdkAppID = "sdkappid", secretKey = "sdk_secret_key", admin
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(org, forKey: .org)
+            try container.encode(app, forKey: .app)
+            try container.encode(made.sdkAppID, forKey: .sdkAppID)
+            try container.encode(made.secretKey, forKey: .secretKey)
+            try container.encode(made.adminIdentifier, forKey: .admin)
         }
     }
 }

@@ -16,7 +16,7 @@ import ServiceLifecycle
 struct RotateKey: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rotate-key",
-        abstract: "Seal every stored push credential and webhook secret with a new secret key (every node stopped).",
+        abstract: "Seal every stored push credential, webhook secret and Tencent secret key with a new secret key (every node stopped).",
         discussion: """
             The current key is the configured one (BEACON_SECRET_KEY, else DATA_DIR/secret.key). The new one is read from \
             --new-key-file, which is created (0600) with a fresh random key when it does not exist — before anything is \

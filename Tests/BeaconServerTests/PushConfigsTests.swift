@@ -80,7 +80,11 @@ import Testing
             let new = SecretBox(key: SymmetricKey(size: .bits256))
             let credentials = try old.open(try #require(try await beacon.store.pushConfig("ios-prod", app: app.id)).sealedSecret)
 
-            #expect(try await old.resealStoredSecrets(in: beacon.store, with: new, now: 1) == 2)
+            let tencentKey = try old.open(try #require(app.tencent).sealedKey)
+            #expect(try await old.resealStoredSecrets(in: beacon.store, with: new, now: 1) == 3)
+            // The app's Tencent secret key too (its SDKAppID and administrator kept).
+            let resealed = try #require(try await beacon.store.app(id: app.id)?.tencent)
+            #expect(try new.open(resealed.sealedKey) == tencentKey && resealed.sdkAppID == app.tencent?.sdkAppID)
             try await PushConfigs.checkOpens(store: beacon.store, box: new)
             #expect(try new.open(try #require(try await beacon.store.pushConfig("ios-prod", app: app.id)).sealedSecret) == credentials)
             let webhook = try #require(try await beacon.store.webhook(app: app.id))

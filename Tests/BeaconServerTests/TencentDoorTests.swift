@@ -91,4 +91,45 @@ import Testing
             #expect(again.status == 400 && again.json["error"] == "invalid_grant", "\(again)")
         }
     }
+
+    /// The administrator is the backend, never an account, through either door; a group keeps its owner; a command that
+    /// changes things is not answered to GET.
+    @Test func theAdministratorIsNoAccountAndAGroupKeepsItsOwner() async throws {
+        try await TestBeacon.run(clock: TestClock()) { beacon in
+            try await TencentFixture.give(beacon)
+            let easemob = try await beacon.rest("POST", "/users", ["username": "administrator", "password": "pw"])
+            #expect(easemob.status == 400 && easemob.json["error"] == "duplicate_unique_property_exists", "\(easemob)")
+            let imported = try await door(beacon, "im_open_login_svc/account_import", body: #"{"UserID":"administrator"}"#)
+            #expect(imported["ErrorCode"] == 70402, "\(imported)")
+            try await beacon.createUsers("alice", "bob")
+            let app = try #require(try await beacon.store.app(beacon.app))
+            await #expect(throws: BeaconError.self) {
+                try await TencentIdentities.assign(to: app, in: beacon.store, box: SecretBox(key: testSecretKey), admin: "alice")
+            }
+            #expect(try await beacon.store.app(beacon.app)?.tencent?.adminIdentifier == "administrator")
+            // An imported account has no password: a password login fails for it.
+            #expect(try await door(beacon, "im_open_login_svc/account_import", body: #"{"UserID":"carol"}"#)["ErrorCode"] == 0)
+            let login = try await beacon.rest(
+                "POST", "/token", ["grant_type": "password", "username": "carol", "password": "none"], anonymous: true)
+            #expect(login.status == 400 && login.json["error"] == "invalid_grant", "\(login)")
+
+            let created = try await door(
+                beacon, "group_open_http_svc/create_group",
+                body: #"{"Name":"G","Owner_Account":"alice","MemberList":[{"Member_Account":"bob"}]}"#)
+            let group = try #require(created["GroupId"]?.stringValue)
+            let removeOwner = try await door(
+                beacon, "group_open_http_svc/delete_group_member", body: #"{"GroupId":"\#(group)","MemberToDel_Account":["alice"]}"#)
+            #expect(removeOwner["ErrorCode"] == 10004, "\(removeOwner)")
+            #expect(try await beacon.store.groupMembers(group, app: app.id) == ["alice", "bob"])
+
+            // (Foundation's client sends no body with GET: the refusal comes before the body is read.)
+            let (status, viaGet) = try await REST.call(
+                beacon.baseURL, "GET", "/v4/group_open_http_svc/destroy_group?\(TencentFixture.query())")
+            #expect(status == 200 && viaGet["ErrorCode"] == 60009, "\(viaGet)")
+            #expect(try await beacon.store.group(group, app: app.id) != nil)
+            await #expect(throws: BeaconError.self) {
+                try await AppProvisioning.create(AppKey(org: "v4", name: "chat"), in: beacon.store)
+            }
+        }
+    }
 }

@@ -70,6 +70,18 @@ import Testing
         }
     }
 
+    /// `gen_sig("x\nTLS.sdkappid:1", 86400)`: the generator signs it, but a line break in a field could pass for other fields
+    /// of the signed text.
+    @Test func refusesALineBreakInAField() {
+        let spliced =
+            "eJyrVgrxCdYrSy1SslJQMtIzUNJRAItkpqTmlWSmZUIkKmLyQILFKdmJBQWZKVaGMGUwEaAiQxMDCDCEyqVWFGQWpQJlLMyAUlDBksxckJChuZmJEVg1zKDMdJBFqanZhf65ARHlLiGOAZkG5n7uBr6epokFJcXFTkV56QXOia4*xTl*UZXJnrZKtQDljjbQ"
+        #expect {
+            try verify(spliced, "x\nTLS.sdkappid:1")
+        } throws: { error in
+            if case .malformed = error as? UserSig.Failure { true } else { false }
+        }
+    }
+
     @Test func aTamperedFieldBreaksTheSignature() {
         // The admin's document with `TLS.expire` changed to 864000 and compressed again (Python's json and zlib).
         let longer =

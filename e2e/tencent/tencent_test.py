@@ -211,6 +211,15 @@ def run(binary: str) -> int:
         report.check(len(found) >= count + 1 and not any("quiet" in t for t in texts) and "batch hello" in texts[0],
                      "PushFlag 1 is not pushed; the batch message is", texts)
 
+        # Another batch with the same MsgRandom and other receivers is another message.
+        count = len(simulator.deliveries())
+        batch = {"From_Account": "carol", "MsgRandom": 4242, "MsgBody": [{"MsgType": "TIMTextElem", "MsgContent": {"Text": "to alice"}}]}
+        post("openim/batchsendmsg", data={**batch, "To_Account": ["alice"]})
+        answer = post("openim/batchsendmsg", data={**batch, "To_Account": ["bob"], "MsgBody": [{"MsgType": "TIMTextElem", "MsgContent": {"Text": "to bob"}}]})
+        found = simulator.wait_for(count + 1)
+        report.check(bool(answer.get("MsgKey")) and len(found) == count + 1 and "to bob" in payload(found[-1]).get("aps", {}).get("alert", {}).get("body", ""),
+                     "a batch with a MsgRandom used before, to others, is sent", answer)
+
         answer = tim.open_im.query_state(["bob", "alice", "nobody"])
         states = {item["To_Account"]: item.get("State") for item in answer.get("QueryResult", [])}
         report.check(states == {"bob": "PushOnline", "alice": "Offline"} and answer.get("ErrorList", [{}])[0].get("ErrorCode") == 70107,
@@ -232,6 +241,12 @@ def run(binary: str) -> int:
         found = simulator.wait_for(count + 1)
         report.check(len(found) == count + 1 and "group hello" in payload(found[-1]).get("aps", {}).get("alert", {}).get("body", ""),
                      "the group message is pushed to bob", found[count:])
+        # timsdk picks send_group_msg's Random once per process (a default argument): a second, different message with the
+        # same Random is a new message, not a repeat.
+        answer = tim.group_open_http_svc.send_group_msg(group_id, [{"MsgType": "TIMTextElem", "MsgContent": {"Text": "group again"}}])
+        found = simulator.wait_for(count + 2)
+        report.check(len(found) == count + 2 and "group again" in payload(found[-1]).get("aps", {}).get("alert", {}).get("body", ""),
+                     "a second group message with the same Random is delivered too", [payload(d) for d in found[count:]])
         answer = tim.group_open_http_svc.get_joined_group_list("bob")
         report.check(answer.get("GroupIdList") == [{"GroupId": group_id}], "get_joined_group_list", answer)
         report.check(tim.group_open_http_svc.destroy_group(group_id).get("ErrorCode") == 0, "destroy_group")

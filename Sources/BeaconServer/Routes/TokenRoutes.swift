@@ -71,7 +71,6 @@ struct TokenRoutes: AppRouteCollection {
                 throw BeaconError(.appNotFound, "application \(app.key) does not exist")
             }
             // The administrator is the backend, never a user (its UserSig opens the /v4 door, not a user's login).
-            // The administrator is the backend, never a user (its UserSig opens the /v4 door, not a user's login).
             guard username != current.tencent?.adminIdentifier else { throw BeaconError(.invalidGrant, "username or usersig is wrong") }
             let userSig: UserSig
             do {

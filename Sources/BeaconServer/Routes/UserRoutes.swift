@@ -37,6 +37,10 @@ struct UserRoutes: AppRouteCollection {
             try Validation.validatePassword(user.password)
             if let nickname = user.nickname { try Validation.validateNickname(nickname) }
         }
+        // The Tencent administrator is the app's backend, never an account (docs/tencent.md).
+        if let admin = app.tencent?.adminIdentifier, requests.contains(where: { $0.username == admin }) {
+            throw BeaconError(.duplicate, "\(admin) is the app's Tencent administrator, not an account")
+        }
         if let duplicate = Dictionary(grouping: requests, by: \.username).first(where: { $0.value.count > 1 })?.key {
             throw BeaconError(.duplicate, "username \(duplicate) appears twice in the request")
         }

@@ -25,18 +25,29 @@ extension TencentCommands {
     }
 
     /// Creates the accounts that do not exist (an existing one is left as it is, its nickname updated when given: a repeated
-    /// import succeeds, as at Tencent).
+    /// import succeeds, as at Tencent). An account that is the app's administrator is refused: the administrator is the
+    /// backend, never a user.
     private func importUsers(_ users: [(username: String, nick: String?)], app: AppRecord) async throws {
-        for user in users { if let nick = user.nick { try Validation.validateNickname(nick) } }
-        let existing = try await store.existingUsers(users.map(\.username), app: app.id)
-        let new = users.filter { !existing.contains($0.username) }
-        if !new.isEmpty {
+        for user in users {
+            if let nick = user.nick { try Validation.validateNickname(nick) }
+            if user.username == app.tencent?.adminIdentifier {
+                throw BeaconError.illegal("\(user.username) is the app's Tencent administrator, not an account")
+            }
+        }
+        var existing: Set<String> = []
+        // Creating is all or nothing: when another request imported one of them meanwhile, the rest is created again (each
+        // round finds at least one more that exists, so the rounds are bounded by the number of accounts).
+        for _ in 0...users.count {
+            existing = try await store.existingUsers(users.map(\.username), app: app.id)
+            let new = users.filter { !existing.contains($0.username) }
+            guard !new.isEmpty else { break }
             do {
                 _ = try await store.createUsers(
                     new.map { NewUser(username: $0.username, passwordHash: Credentials.noPassword, nickname: $0.nick) }, app: app.id,
                     now: api.clock())
+                break
             } catch let error as BeaconError where error.code == .duplicate {
-                // Imported meanwhile by another request: imported all the same (the nicknames below still apply).
+                continue
             }
         }
         for user in users where existing.contains(user.username) {

@@ -225,13 +225,17 @@ extension TencentCommands {
         }
     }
 
-    /// Removes up to 500 members (one that is not a member is passed over).
+    /// Removes up to 500 members (one that is not a member is passed over); the owner cannot be removed (10004), as at
+    /// Tencent and through the Easemob door.
     @Sendable func deleteGroupMembers(_ call: TencentCall) async throws -> Response {
         let body = try call.decode(DeleteMembersRequest.self)
         guard (1...500).contains(body.memberToDelAccount.count) else {
             throw TencentFailure(10005, "MemberToDel_Account names 1-500 accounts")
         }
         let group = try await existingGroup(body.groupID, app: call.app)
+        if !group.owner.isEmpty, body.memberToDelAccount.contains(group.owner) {
+            throw BeaconError.illegal("\(group.owner) owns group \(group.id) and cannot be removed from it")
+        }
         for name in body.memberToDelAccount {
             _ = try await store.removeGroupMember(name, group: group.id, app: call.app.id)
         }

@@ -1,6 +1,7 @@
 import BeaconCore
 import BeaconStorage
 import BeaconTencent
+import Crypto
 import Hummingbird
 
 /// `openim` (1:1 messages) and the message half of `group_open_http_svc`: Tencent's sends onto `MessageService`, the one
@@ -24,7 +25,7 @@ extension TencentCommands {
         /// `send_group_msg`'s names for `MsgRandom` and online-only.
         var random: Int64?
         var onlineOnlyFlag: Int?
-        /// `importmsg`: 1 or 2 import history (no push, not unread); 5 is sent as it happens.
+        /// `importmsg`: 2 imports history (no push, not unread); 1 (and Tencent's newer 5) import as it happens.
         var syncFromOldSystem: Int?
 
         enum CodingKeys: String, CodingKey {
@@ -42,7 +43,7 @@ extension TencentCommands {
         var body = elements.body
         if let data = fields.cloudCustomData { body["CloudCustomData"] = .string(data) }
         var ext = elements.ext(with: fields.offlinePushInfo)
-        if [1, 2].contains(fields.syncFromOldSystem) { ext["em_ignore_notification"] = true }
+        if fields.syncFromOldSystem == 2 { ext["em_ignore_notification"] = true }
         let sender: String
         var senderIsUser = false
         if let from = fields.fromAccount, from != app.tencent?.adminIdentifier {
@@ -59,13 +60,16 @@ extension TencentCommands {
             copyToSender: senderIsUser && fields.syncOtherMachine != 2)
     }
 
-    /// A retry of the same send (the same sender, `MsgRandom` and `MsgTimeStamp`; without a timestamp, within the same ten
-    /// minutes) is answered with the first one's messages and stores nothing: Tencent's dedupe on `MsgRandom`.
-    private func receipt(_ fields: MessageFields, sender: String, scope: String) -> SendReceipt? {
-        guard let random = fields.msgRandom ?? fields.random else { return nil }
+    /// A retry of a send — the same request, byte for byte, from the same sender — is answered with the first one's
+    /// messages and stores nothing: Tencent's dedupe on `MsgRandom` (`Random` for groups), which the request holds, but
+    /// narrower, as a different request never counts as a repeat. With `MsgTimeStamp`, a retry is recognised within 24
+    /// hours; without it, within the same `window` (ms): Tencent's one second for 1:1 sends, five minutes for groups.
+    private func receipt(_ call: TencentCall, _ fields: MessageFields, sender: String, window: Int64) -> SendReceipt? {
+        guard fields.msgRandom ?? fields.random != nil else { return nil }
         let now = api.clock()
-        let stamp = fields.msgTimeStamp.map(String.init) ?? "w\(now / 600_000)"
-        return SendReceipt(scope: SendReceipt.senderScope(sender), reference: "v4:\(scope):\(random):\(stamp)", now: now)
+        let stamp = fields.msgTimeStamp.map { "t\($0)" } ?? "w\(now / window)"
+        let digest = SHA256.hash(data: call.body).lowercaseHex
+        return SendReceipt(scope: SendReceipt.senderScope(sender), reference: "v4:\(digest):\(stamp)", now: now)
     }
 
     struct SendRequest: Decodable {
@@ -95,7 +99,7 @@ extension TencentCommands {
         }
         let sent = try await messages.send(
             outgoing, to: [target], app: call.app, enforceMembership: false,
-            receipt: receipt(fields, sender: outgoing.from, scope: "to:\(target)"))
+            receipt: receipt(call, fields, sender: outgoing.from, window: 1000))
         guard let message = sent.first else { throw BeaconError(.internalError, "the send stored no message") }
         return try TencentDoor.answer(SendAnswer(msgTime: message.timestamp / 1000, msgKey: String(message.id)))
     }
@@ -143,13 +147,13 @@ extension TencentCommands {
         if !receivers.isEmpty {
             let sent = try await messages.send(
                 outgoing, to: receivers, app: call.app, enforceMembership: false,
-                receipt: receipt(fields, sender: outgoing.from, scope: "batch"))
+                receipt: receipt(call, fields, sender: outgoing.from, window: 1000))
             key = sent.first { $0.target == receivers[0] }.map { String($0.id) } ?? ""
         }
         return try TencentDoor.answer(BatchAnswer(msgKey: key, errorList: errors))
     }
 
-    /// `openim/importmsg`: a message from an earlier system. History (`SyncFromOldSystem` 1 or 2) is stored without a push
+    /// `openim/importmsg`: a message from an earlier system. History (`SyncFromOldSystem` 2) is stored without a push
     /// and does not count as unread; it is stored at the time of the import, not at `MsgTimeStamp`.
     @Sendable func importMessage(_ call: TencentCall) async throws -> Response {
         _ = try await sendMessage(call)
@@ -241,7 +245,7 @@ extension TencentCommands {
         let outgoing = try await outgoing(fields, chatType: .groupchat, app: call.app)
         let sent = try await messages.send(
             outgoing, to: [group], app: call.app, enforceMembership: false,
-            receipt: receipt(fields, sender: outgoing.from, scope: "group:\(group)"))
+            receipt: receipt(call, fields, sender: outgoing.from, window: 300_000))
         guard let message = sent.first else { throw BeaconError(.internalError, "the send stored no message") }
         return try TencentDoor.answer(GroupSendAnswer(msgTime: message.timestamp / 1000, msgSeq: message.id))
     }

@@ -41,6 +41,12 @@ struct TencentCommands: Sendable {
         }
     }
 
+    /// The commands that only read: the ones answered to GET as well (some server SDKs send `account_check` so).
+    static let reads: Set<String> = [
+        "im_open_login_svc/account_check", "openim/querystate", "openim/query_online_status", "group_open_http_svc/get_group_info",
+        "group_open_http_svc/get_group_member_info", "group_open_http_svc/get_joined_group_list", "profile/portrait_get",
+    ]
+
     /// Tencent's UserIDs as Beacon's usernames: the same rules (`Validation.validateUsername`), so an ID Beacon cannot
     /// hold (upper case, say) is refused rather than changed.
     static func username(_ id: String) throws -> String {

@@ -20,13 +20,17 @@ struct TencentDoor {
             .add(middleware: TencentAppResolver(api: commands.api))
             .add(middleware: SchemeAuthenticator(schemes: [UserSigScheme(api: commands.api)]))
             .add(middleware: RequireCaller())
-        // Tencent's API is POST; some server SDKs send reads (`account_check`) as GET with the same body.
+        // Tencent's API is POST; some server SDKs send reads (`account_check`) as GET with the same body, which only the
+        // commands that read answer (`TencentCommands.reads`).
         for method in [HTTPRequest.Method.post, .get] {
             table.add(method, Self.path, on: group) { request, context in
                 let service = try context.parameters.require("service")
                 let command = try context.parameters.require("command")
                 guard let handler = commands.handler(service: service, command: command) else {
                     throw TencentFailure(60009, "\(service)/\(command) is not a command Beacon serves (docs/tencent.md lists them)")
+                }
+                guard request.method == .post || TencentCommands.reads.contains("\(service)/\(command)") else {
+                    throw TencentFailure(60009, "\(service)/\(command) changes things: send it with POST")
                 }
                 let body = try await commands.api.collectBody(of: request)
                 return try await handler(TencentCall(app: try context.app, body: Data(buffer: body)))
