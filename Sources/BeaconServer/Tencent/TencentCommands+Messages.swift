@@ -104,7 +104,8 @@ extension TencentCommands {
         return try TencentDoor.answer(SendAnswer(msgTime: message.timestamp / 1000, msgKey: String(message.id)))
     }
 
-    struct BatchRequest: Decodable {
+    /// `To_Account` as a list: `batchsendmsg`, `querystate`, `portrait_get`.
+    struct AccountsRequest: Decodable {
         var toAccount: [String]
 
         enum CodingKeys: String, CodingKey {
@@ -133,7 +134,7 @@ extension TencentCommands {
     /// `openim/batchsendmsg`: one message to each of up to 500 accounts; accounts that do not exist are answered in
     /// `ErrorList` (70107) and the others get it. `MsgKey` is the first receiver's message id.
     @Sendable func sendBatch(_ call: TencentCall) async throws -> Response {
-        let targets = try call.decode(BatchRequest.self).toAccount
+        let targets = try call.decode(AccountsRequest.self).toAccount
         guard (1...Self.maxBatchTargets).contains(targets.count) else {
             throw TencentFailure(90011, "To_Account names 1-\(Self.maxBatchTargets) accounts")
         }
@@ -158,14 +159,6 @@ extension TencentCommands {
     @Sendable func importMessage(_ call: TencentCall) async throws -> Response {
         _ = try await sendMessage(call)
         return try TencentDoor.answer(TencentEnvelope.NoFields())
-    }
-
-    struct StateRequest: Decodable {
-        var toAccount: [String]
-
-        enum CodingKeys: String, CodingKey {
-            case toAccount = "To_Account"
-        }
     }
 
     struct AccountState: Encodable {
@@ -197,7 +190,7 @@ extension TencentCommands {
     /// `openim/querystate` (`query_online_status`): `Online` (a device connected, on any node), `PushOnline` (none
     /// connected, a device bound for pushes) or `Offline`, for up to 500 accounts.
     @Sendable func queryState(_ call: TencentCall) async throws -> Response {
-        let targets = try call.decode(StateRequest.self).toAccount
+        let targets = try call.decode(AccountsRequest.self).toAccount
         guard (1...Self.maxBatchTargets).contains(targets.count) else {
             throw TencentFailure(90011, "To_Account names 1-\(Self.maxBatchTargets) accounts")
         }
@@ -219,14 +212,6 @@ extension TencentCommands {
         return try TencentDoor.answer(StateAnswer(queryResult: results, errorList: errors))
     }
 
-    struct GroupSendRequest: Decodable {
-        var groupID: String
-
-        enum CodingKeys: String, CodingKey {
-            case groupID = "GroupId"
-        }
-    }
-
     struct GroupSendAnswer: Encodable {
         var msgTime: Int64
         /// Beacon's message id: unique in the app and increasing within the group, but 64-bit and not gapless (Tencent's
@@ -240,7 +225,7 @@ extension TencentCommands {
 
     /// `group_open_http_svc/send_group_msg`: to every member but the sender (the app may send to any group).
     @Sendable func sendGroupMessage(_ call: TencentCall) async throws -> Response {
-        let group = try call.decode(GroupSendRequest.self).groupID
+        let group = try call.decode(GroupRequest.self).groupID
         let fields = try call.decode(MessageFields.self)
         let outgoing = try await outgoing(fields, chatType: .groupchat, app: call.app)
         let sent = try await messages.send(

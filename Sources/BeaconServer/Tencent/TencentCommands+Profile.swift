@@ -38,14 +38,6 @@ extension TencentCommands {
         return try TencentDoor.answer(TencentEnvelope.NoFields())
     }
 
-    struct PortraitGetRequest: Decodable {
-        var toAccount: [String]
-
-        enum CodingKeys: String, CodingKey {
-            case toAccount = "To_Account"
-        }
-    }
-
     struct UserProfile: Encodable {
         var toAccount: String
         var profileItem: [ProfileItem]
@@ -67,7 +59,7 @@ extension TencentCommands {
 
     /// Up to 100 accounts' nicknames (`ResultCode` 40003 for one that is not imported).
     @Sendable func getPortrait(_ call: TencentCall) async throws -> Response {
-        let names = try call.decode(PortraitGetRequest.self).toAccount
+        let names = try call.decode(AccountsRequest.self).toAccount
         guard (1...100).contains(names.count) else { throw BeaconError.illegal("To_Account names 1-100 accounts") }
         var profiles: [UserProfile] = []
         for name in names {
