@@ -58,6 +58,9 @@ struct API: Sendable {
         let now = clock()
         let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, box: box, now: now)
         apps.put(rotated, now: now)
+        if let failure = credentials.tencentFailure {
+            logger.warning("the Tencent secret key was not rotated", metadata: ["app": "\(app.key)", "error": "\(failure)"])
+        }
         return credentials
     }
 

@@ -62,14 +62,14 @@ private struct PushSecret: Codable {
     var password: String?
 }
 
-/// The secret key cannot open a stored push configuration: it is not the key the configurations were sealed with.
+/// The secret key cannot open a stored secret: it is not the key the secrets were sealed with.
 public struct WrongSecretKey: Error, CustomStringConvertible {
     public var app: String
-    /// What could not be opened: `push configuration 'NAME'` or `the push-result webhook`.
+    /// What could not be opened: `push configuration 'NAME'`, `the push-result webhook` or `the Tencent secret key`.
     public var sealed: String
     public var description: String {
-        "the secret key cannot open \(sealed) of app \(app): every node must run with the key it was "
-            + "uploaded under (BEACON_SECRET_KEY), or push (or its webhook) would fail for every device"
+        "the secret key cannot open \(sealed) of app \(app): every node, and every command beside them, must run with the "
+            + "key it was sealed with (BEACON_SECRET_KEY, or DATA_DIR/secret.key), or what it seals fails for every device or request"
     }
 }
 

@@ -110,6 +110,12 @@ public struct SecretBox: Sendable {
 }
 
 extension SecretBox {
+    /// Throws `WrongSecretKey` unless this key opens every stored secret (what `serve` checks at start): a command about to
+    /// seal with it checks first that it is the server's.
+    public func checkOpensStoredSecrets(in store: any BeaconStore) async throws {
+        try await PushConfigs.checkOpens(store: store, box: self)
+    }
+
     /// Seals every stored secret — push credentials, webhook secrets, Tencent secret keys — with `new` instead of this key (`beacon
     /// rotate-key`). A secret `new` already opens is left as it is, so a rotation cut short can simply run again; one
     /// that neither key opens stops it, naming it. Re-setting a webhook resets its failure count; its waiting events stay.

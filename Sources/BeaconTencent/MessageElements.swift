@@ -2,7 +2,7 @@ import BeaconCore
 
 /// A Tencent `MsgBody` (its `TIMTextElem`, `TIMCustomElem`… elements) as a Beacon message: a type Beacon's push rules
 /// and display strings know, a body with the fields that type needs, and the elements themselves under `MsgBody`, so that
-/// a Tencent client gets back exactly what was sent.
+/// a Tencent client gets back exactly what was sent (but for a lone text element, which is `msg` alone).
 public struct MessageElements: Sendable, Hashable {
     public var type: MessageType
     public var body: [String: JSONValue]
@@ -42,6 +42,8 @@ public struct MessageElements: Sendable, Hashable {
         pushInfo = OfflinePushInfo()
         guard let (kind, content) = primary else {
             type = .txt
+            // One text element is the text alone, not kept twice (a message's body and ext hold 5 KB).
+            body = elements.count == 1 ? [:] : body
             body["msg"] = .string(texts.joined())
             self.body = body
             return

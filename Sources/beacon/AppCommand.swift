@@ -42,13 +42,13 @@ struct AppCommand: AsyncParsableCommand {
             }
             let logger = try makeLogger(config, fallbackLevel: .warning)
             let credentials = try await withConfiguredStore(config, logger: logger) { store, database in
-                // Without the server's secret key (PostgreSQL without BEACON_SECRET_KEY), the app gets its client
-                // credentials and no Tencent identity.
-                var box: SecretBox?
-                do {
-                    box = try configuredSecretBox(config, database: database, logger: logger)
-                } catch {
-                    logger.warning("no Tencent identity without the server's secret key (\(error)); `beacon app tencent` gives one later")
+                // Without the server's secret key (none configured, or no key file yet: `serve` makes it at its first
+                // start), the app gets its client credentials and no Tencent identity.
+                let box = try await existingSecretBox(config, database: database, store: store)
+                if box == nil {
+                    logger.warning(
+                        "no secret key found (BEACON_SECRET_KEY, or DATA_DIR/secret.key once `serve` has run): the Tencent identity was not made; `beacon app tencent` makes it"
+                    )
                 }
                 return try await change(key, store, box)
             }
@@ -140,7 +140,10 @@ struct AppCommand: AsyncParsableCommand {
             let logger = try makeLogger(config, fallbackLevel: .warning)
             let (sdkAppID, secretKey, admin) = (sdkappid, secretKey, admin)
             let made = try await withConfiguredStore(config, logger: logger) { store, database in
-                let box = try configuredSecretBox(config, database: database, logger: logger)
+                guard let box = try await existingSecretBox(config, database: database, store: store) else {
+                    throw ValidationError(
+                        "no secret key found: set BEACON_SECRET_KEY as for `serve`, or start `serve` once to make DATA_DIR/secret.key")
+                }
                 guard let app = try await store.app(key) else { throw BeaconError(.appNotFound, "application \(key) does not exist") }
                 return try await TencentIdentities.assign(
                     to: app, in: store, box: box, sdkAppID: sdkAppID ?? app.tencent?.sdkAppID, secretKey: secretKey,

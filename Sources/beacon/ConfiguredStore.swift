@@ -76,3 +76,20 @@ func configuredSecretBox(_ config: ConfigReader, database: ConfiguredDatabase, l
     }
     return try SecretBox.fromDataDirectory(config.value(Settings.dataDir), logger: logger)
 }
+
+/// The server's secret key for a command beside the server (`app create`, `app rotate-secret`, `app tencent`), when there
+/// is one: `secret-key` (BEACON_SECRET_KEY), or on SQLite the data directory's key file — never created here, so that a
+/// command run without the server's configuration cannot seal with a key the server does not have. Nil when none is found.
+/// A key that cannot open what is already stored is refused, naming what it cannot open.
+func existingSecretBox(_ config: ConfigReader, database: ConfiguredDatabase, store: any BeaconStore) async throws -> SecretBox? {
+    let box: SecretBox?
+    if let key = config.value(Settings.secretKey) {
+        box = try SecretBox(base64: key)
+    } else if case .sqlite = database {
+        box = try SecretBox.existing(inDataDirectory: config.value(Settings.dataDir))
+    } else {
+        box = nil
+    }
+    if let box { try await box.checkOpensStoredSecrets(in: store) }
+    return box
+}

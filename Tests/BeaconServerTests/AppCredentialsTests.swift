@@ -211,9 +211,8 @@ import Testing
             #expect(created.status == 0)
             let old = try json(created.output)
             let clientID = try #require(old["client_id"]?.stringValue)
-            // The app's Tencent identity is made with it (the server's secret key is the data directory's).
-            let sdkAppID = try #require(old["sdkappid"]?.intValue)
-            #expect(sdkAppID >= 1_400_000_000 && old["sdk_secret_key"]?.stringValue?.utf8.count == 64)
+            // Before the first `serve` there is no secret key yet (the command makes none): no Tencent identity.
+            #expect(old["sdkappid"] == nil && old["sdk_secret_key"] == nil)
             let server = try await BeaconProcess(["serve", "--port", "0", "--data-dir", data])
             defer { Task { await server.stop() } }
             let ready = try await server.line(containing: "Beacon listening on http://")
@@ -235,8 +234,9 @@ import Testing
             #expect(new["client_id"]?.stringValue == clientID && new["org"] == "acme" && new["app"] == "chat")
             let newSecret = try #require(new["client_secret"]?.stringValue)
             #expect(newSecret != old["client_secret"]?.stringValue)
-            // The SDKAppID stays; its secret key is new.
-            #expect(new["sdkappid"]?.intValue == sdkAppID && new["sdk_secret_key"] != old["sdk_secret_key"])
+            // With the key `serve` made, the rotation gives the app its Tencent identity; a second one keeps the SDKAppID.
+            let sdkAppID = try #require(new["sdkappid"]?.intValue)
+            #expect(sdkAppID >= 1_400_000_000 && new["sdk_secret_key"]?.stringValue?.utf8.count == 64)
 
             #expect(try await token(try #require(old["client_secret"]?.stringValue)).status == 400)
             var status = 200
@@ -251,6 +251,15 @@ import Testing
             // Without --json: the secret on its own line; an app that does not exist fails.
             let text = try await runToExit(BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--data-dir", data])
             #expect(text.status == 0 && String(decoding: text.output, as: UTF8.self).contains("client_secret: YXA6"))
+            #expect(String(decoding: text.output, as: UTF8.self).contains("sdkappid:      \(sdkAppID)"))
+            // A command run with another secret key than the server's seals nothing: it cannot open what is stored.
+            let otherKey = directory.appendingPathComponent("other.json")
+            try Data(#"{"secretKey":"\#(Data(repeating: 9, count: 32).base64EncodedString())"}"#.utf8).write(to: otherKey)
+            let wrong = try await runToExit(
+                BeaconProcess.executable, ["app", "tencent", "acme/chat", "--config", otherKey.path, "--data-dir", data])
+            #expect(wrong.status != 0)
+            let identity = try await REST.call(baseURL, "GET", "/acme/chat/credentials", token: newToken)
+            #expect(identity.json["data"]?["sdkappid"]?.intValue == sdkAppID, "\(identity)")
             let missing = try await runToExit(BeaconProcess.executable, ["app", "rotate-secret", "acme/none", "--data-dir", data])
             #expect(missing.status != 0)
             await server.stop()

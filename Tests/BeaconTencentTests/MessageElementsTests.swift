@@ -17,6 +17,8 @@ import Testing
         #expect(message.body["msg"] == "hello world")
         #expect(message.body["MsgBody"] == body)
         try Validation.validateContent(type: message.type, body: .object(message.body), ext: [:])
+        // A lone text is not kept twice.
+        #expect(try MessageElements([element("TIMTextElem", ["Text": "hi"])]).body == ["msg": "hi"])
     }
 
     @Test func eachKindBecomesTheTypeItsPushDisplays() throws {

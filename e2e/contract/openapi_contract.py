@@ -1046,12 +1046,17 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("deleteUser", {"username": "frank"}, token=app_token, expect=404, error="user_not_found", label="(already deleted)")
 
     # --- the app's identifiers and Tencent's door (docs/tencent.md; e2e/tencent drives it with a Tencent server SDK) ----------
+    # `beacon app tencent` beside the running server gives the app a Tencent identity of known key.
+    out = subprocess.run([server.beacon, "app", "tencent", f"{ORG}/{APP}", "--json", "--data-dir", str(server.data_dir)],
+                         capture_output=True, text=True, timeout=120, env=server.env, stdin=subprocess.DEVNULL)
+    tencent = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1]) if out.returncode == 0 else {}
+    report.check(out.returncode == 0 and bool(tencent.get("sdk_secret_key")), "beacon app tencent gives the app its Tencent identity beside the server", out.stderr[-500:])
     answer = c.call("getAppIdentity", token=app_token)
     identity = data_of(answer) if isinstance(data_of(answer), dict) else {}
-    report.check(identity.get("client_id") == credentials["client_id"] and identity.get("sdkappid") == credentials.get("sdkappid")
-                 and identity.get("tencent_admin") == "administrator", "getAppIdentity names the client id and the SDKAppID `app create` printed", repr(identity))
+    report.check(identity.get("client_id") == credentials["client_id"] and identity.get("sdkappid") == tencent.get("sdkappid")
+                 and identity.get("tencent_admin") == "administrator", "getAppIdentity names the client id and the SDKAppID `app tencent` printed", repr(identity))
     c.call("getAppIdentity", token=tokens["carol"], expect=403, error="forbidden_op", label="(user token)")
-    sdkappid, sdk_key = credentials.get("sdkappid"), credentials.get("sdk_secret_key", "")
+    sdkappid, sdk_key = tencent.get("sdkappid"), tencent.get("sdk_secret_key", "")
     signer = TLSSigAPIv2.TLSSigAPIv2(sdkappid, sdk_key)
     door = {"service": "im_open_login_svc", "command": "account_check"}
     admin_query = {"sdkappid": str(sdkappid), "identifier": "administrator", "usersig": signer.gen_sig("administrator"), "random": "7", "contenttype": "json"}

@@ -77,6 +77,8 @@ struct TokenRoutes: AppRouteCollection {
                 userSig = try api.verifyUserSig(sig, identifier: username, app: current)
             } catch let failure as UserSig.Failure {
                 throw BeaconError(.invalidGrant, "the usersig does not hold: \(TencentFailure(failure).info)")
+            } catch let error as BeaconError where error.code == .appNotFound {
+                throw BeaconError(.invalidGrant, "the app has no Tencent identity: no usersig holds")
             }
             let user = try await importedUser(username, app: current)
             let remaining = Int(max(1, (userSig.time + userSig.expire) - now / 1000))

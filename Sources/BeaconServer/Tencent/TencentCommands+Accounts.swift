@@ -35,21 +35,27 @@ extension TencentCommands {
             }
         }
         var existing: Set<String> = []
-        // Creating is all or nothing: when another request imported one of them meanwhile, the rest is created again (each
-        // round finds at least one more that exists, so the rounds are bounded by the number of accounts).
-        for _ in 0...users.count {
+        var imported = false
+        // Creating is all or nothing: when another request imported one of them meanwhile, the rest is created again, a
+        // few times at most; an import that still cannot be made is an error, never an OK.
+        for _ in 0..<5 {
             existing = try await store.existingUsers(users.map(\.username), app: app.id)
             let new = users.filter { !existing.contains($0.username) }
-            guard !new.isEmpty else { break }
+            guard !new.isEmpty else {
+                imported = true
+                break
+            }
             do {
                 _ = try await store.createUsers(
                     new.map { NewUser(username: $0.username, passwordHash: Credentials.noPassword, nickname: $0.nick) }, app: app.id,
                     now: api.clock())
+                imported = true
                 break
             } catch let error as BeaconError where error.code == .duplicate {
                 continue
             }
         }
+        guard imported else { throw BeaconError(.internalError, "the accounts could not be imported beside concurrent changes; try again") }
         for user in users where existing.contains(user.username) {
             guard let nick = user.nick else { continue }
             _ = try await store.updateUser(user.username, app: app.id, changes: UserChanges(nickname: nick), now: api.clock())
@@ -79,7 +85,8 @@ extension TencentCommands {
         }
     }
 
-    /// Imports up to 100 accounts; those whose UserID Beacon cannot hold are answered in `FailAccounts`.
+    /// Imports up to 100 accounts; those whose UserID Beacon cannot hold (or the administrator's) are answered in
+    /// `FailAccounts`.
     @Sendable func importAccounts(_ call: TencentCall) async throws -> Response {
         let body = try call.decode(MultiImportRequest.self)
         let requested: [(id: String, nick: String?)] =
@@ -90,7 +97,7 @@ extension TencentCommands {
         var valid: [(username: String, nick: String?)] = []
         var failed: [String] = []
         for account in requested where !valid.contains(where: { $0.username == account.id }) {
-            if (try? Self.username(account.id)) != nil {
+            if (try? Self.username(account.id)) != nil, account.id != call.app.tencent?.adminIdentifier {
                 valid.append((account.id, account.nick))
             } else {
                 failed.append(account.id)
