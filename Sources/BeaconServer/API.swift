@@ -54,9 +54,11 @@ struct API: Sendable {
     }
 
     /// Gives `app` a new client secret (`AppProvisioning.rotateSecret`) and replaces this node's cached copy at once.
-    func rotateClientSecret(of app: AppRecord) async throws -> AppCredentials {
+    /// With `keepingTencentKey`, the app's Tencent secret key stays as it is.
+    func rotateClientSecret(of app: AppRecord, keepingTencentKey: Bool = false) async throws -> AppCredentials {
         let now = clock()
-        let (credentials, rotated) = try await AppProvisioning.rotateSecret(of: app, in: store, box: box, now: now)
+        let (credentials, rotated) = try await AppProvisioning.rotateSecret(
+            of: app, in: store, box: keepingTencentKey ? nil : box, now: now)
         apps.put(rotated, now: now)
         if let failure = credentials.tencentFailure {
             logger.warning("the Tencent secret key was not rotated", metadata: ["app": "\(app.key)", "error": "\(failure)"])

@@ -31,7 +31,8 @@ struct AppCommand: AsyncParsableCommand {
         /// under `headline` (the secret is shown this once).
         func provision(
             headline: (AppKey) -> String,
-            change: @escaping @Sendable (AppKey, any BeaconStore, SecretBox?) async throws -> AppCredentials
+            change: @escaping @Sendable (AppKey, any BeaconStore, SecretBox?) async throws -> AppCredentials,
+            needsTencentKey: Bool = true
         ) async throws {
             let config = try await data.reader(flags: [:])
             let key: AppKey
@@ -45,7 +46,7 @@ struct AppCommand: AsyncParsableCommand {
                 // Without the server's secret key (none configured, or no key file yet: `serve` makes it at its first
                 // start), the app gets its client credentials and no Tencent identity.
                 let box = try await existingSecretBox(config, database: database, store: store)
-                if box == nil {
+                if box == nil, needsTencentKey {
                     logger.warning(
                         "no secret key found (BEACON_SECRET_KEY, or DATA_DIR/secret.key once `serve` has run): the Tencent identity was not made; `beacon app tencent` makes it"
                     )
@@ -88,17 +89,22 @@ struct AppCommand: AsyncParsableCommand {
             abstract: "Give an app a new client secret and print it (shown only once); what the old one opened ends.",
             discussion: """
                 The client id stays, and so does the Tencent SDKAppID, whose secret key is rotated too (an app without one \
-                gets one). App tokens issued until now are refused (a running node may accept them for up to 5 \
-                seconds more), every console session of the app ends, and the old secret obtains nothing more. Runs beside \
-                running servers, on SQLite and PostgreSQL alike.
+                gets one), unless --keep-tencent-key. App tokens issued until now are refused (a running node may accept \
+                them for up to 5 seconds more), every console session of the app ends, and the old secret obtains nothing \
+                more. Runs beside running servers, on SQLite and PostgreSQL alike.
                 """)
 
         @OptionGroup var target: Target
 
+        @Flag(help: "Leave the Tencent secret key as it is (a backend moved from Tencent goes on making its UserSigs with it).")
+        var keepTencentKey = false
+
         func run() async throws {
+            let keep = keepTencentKey
             try await target.provision(
                 headline: { "Rotated the client secret of \($0); its app tokens and console sessions have ended" },
-                change: { key, store, box in try await AppProvisioning.rotateSecret(key, in: store, box: box) })
+                change: { key, store, box in try await AppProvisioning.rotateSecret(key, in: store, box: keep ? nil : box) },
+                needsTencentKey: !keepTencentKey)
         }
     }
 

@@ -252,6 +252,12 @@ import Testing
             let text = try await runToExit(BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--data-dir", data])
             #expect(text.status == 0 && String(decoding: text.output, as: UTF8.self).contains("client_secret: YXA6"))
             #expect(String(decoding: text.output, as: UTF8.self).contains("sdkappid:      \(sdkAppID)"))
+            // --keep-tencent-key: the client secret alone (the Tencent key the backend signs with stays).
+            let kept = try await runToExit(
+                BeaconProcess.executable, ["app", "rotate-secret", "acme/chat", "--json", "--keep-tencent-key", "--data-dir", data])
+            let keptJSON = try json(kept.output)
+            #expect(
+                kept.status == 0 && keptJSON["client_secret"] != nil && keptJSON["sdkappid"] == nil && keptJSON["sdk_secret_key"] == nil)
             // A command run with another secret key than the server's seals nothing: it cannot open what is stored.
             let otherKey = directory.appendingPathComponent("other.json")
             try Data(#"{"secretKey":"\#(Data(repeating: 9, count: 32).base64EncodedString())"}"#.utf8).write(to: otherKey)

@@ -83,6 +83,14 @@ import Testing
                 anonymous: true)
             #expect(admin.status == 400 && admin.json["error"] == "invalid_grant", "the administrator is no user: \(admin)")
 
+            // A rotation of the client secret that keeps the Tencent key: the backend's UserSigs still open the door.
+            let secret = try #require(beacon.credentials?.clientSecret)
+            let kept = try await beacon.rest("POST", "/credentials/rotate", ["client_secret": .string(secret), "keep_tencent_key": true])
+            #expect(
+                kept.status == 200 && kept.json["data"]?["client_secret"] != nil && kept.json["data"]?["sdk_secret_key"] == nil, "\(kept)")
+            let still = try await door(beacon, "im_open_login_svc/account_check", body: #"{"CheckItem":[{"UserID":"alice"}]}"#)
+            #expect(still["ErrorCode"] == 0, "\(still)")
+
             let rotated = try await AppProvisioning.rotateSecret(beacon.app, in: beacon.store, box: SecretBox(key: testSecretKey))
             #expect(rotated.sdkAppID == TencentFixture.sdkAppID && rotated.sdkSecretKey != TencentFixture.secretKey)
             let answer = try await door(beacon, "im_open_login_svc/account_check", body: #"{"CheckItem":[{"UserID":"alice"}]}"#)

@@ -36,9 +36,11 @@ struct CredentialRoutes: AppRouteCollection {
     /// may have leaked, and both end) cannot turn itself into a secret that never expires.
     struct Body: Decodable {
         var clientSecret: String?
+        /// True: the Tencent secret key stays (a backend moved from Tencent goes on making its UserSigs with it).
+        var keepTencentKey: Bool?
 
         enum CodingKeys: String, CodingKey {
-            case clientSecret = "client_secret"
+            case clientSecret = "client_secret", keepTencentKey = "keep_tencent_key"
         }
     }
 
@@ -53,7 +55,7 @@ struct CredentialRoutes: AppRouteCollection {
             Credentials.hashSecret(secret) == current.clientSecretHash
         else { throw BeaconError(.invalidGrant, "client_secret is wrong: give the current client secret to rotate it") }
         let signedIn = try Console.sessionID(in: request) != nil
-        let credentials = try await api.rotateClientSecret(of: app)
+        let credentials = try await api.rotateClientSecret(of: app, keepingTencentKey: body?.keepTencentKey == true)
         api.logger.notice("client secret rotated", metadata: ["app": "\(app.key)"])
         var response = api.respond(request, app: app, action: "post", data: credentials)
         response.headers[.cacheControl] = "no-store"
