@@ -277,7 +277,7 @@ extension TencentCommands {
     /// The groups an imported account is a member of.
     @Sendable func joinedGroups(_ call: TencentCall) async throws -> Response {
         let name = try call.decode(JoinedRequest.self).memberAccount
-        guard (try? Self.username(name)) != nil, try await store.user(name, app: call.app.id) != nil else {
+        guard try await account(name, app: call.app) != nil else {
             throw BeaconError(.userNotFound, "account \(name.prefix(64)) is not imported")
         }
         let ids = try await store.groups(of: name, app: call.app.id)

@@ -47,7 +47,7 @@ extension TencentCommands {
         let sender: String
         var senderIsUser = false
         if let from = fields.fromAccount, from != app.tencent?.adminIdentifier {
-            guard (try? Self.username(from)) != nil, try await store.user(from, app: app.id) != nil else {
+            guard try await account(from, app: app) != nil else {
                 throw TencentFailure(90008, "From_Account \(from.prefix(64)) does not exist")
             }
             (sender, senderIsUser) = (from, true)
@@ -94,7 +94,7 @@ extension TencentCommands {
         let target = try call.decode(SendRequest.self).toAccount
         let fields = try call.decode(MessageFields.self)
         let outgoing = try await outgoing(fields, chatType: .chat, app: call.app)
-        guard (try? Self.username(target)) != nil, try await store.user(target, app: call.app.id) != nil else {
+        guard try await account(target, app: call.app) != nil else {
             throw TencentFailure(20003, "To_Account \(target.prefix(64)) is not imported")
         }
         let sent = try await messages.send(
@@ -140,7 +140,7 @@ extension TencentCommands {
         }
         let fields = try call.decode(MessageFields.self)
         let outgoing = try await outgoing(fields, chatType: .chat, app: call.app)
-        let existing = try await store.existingUsers(targets.filter { (try? Self.username($0)) != nil }, app: call.app.id)
+        let existing = try await existingAccounts(targets, app: call.app)
         let errors = targets.filter { !existing.contains($0) }.map { AccountError(toAccount: $0, errorCode: 70107) }
         var seen: Set<String> = []
         let receivers = targets.filter { existing.contains($0) && seen.insert($0).inserted }
@@ -194,7 +194,7 @@ extension TencentCommands {
         guard (1...Self.maxBatchTargets).contains(targets.count) else {
             throw TencentFailure(90011, "To_Account names 1-\(Self.maxBatchTargets) accounts")
         }
-        let existing = try await store.existingUsers(targets.filter { (try? Self.username($0)) != nil }, app: call.app.id)
+        let existing = try await existingAccounts(targets, app: call.app)
         let users = Array(existing)
         let online = try await switchboard.onlineDevices(of: users, app: call.app.id)
         let bound = try await store.bindings(of: users, app: call.app.id)

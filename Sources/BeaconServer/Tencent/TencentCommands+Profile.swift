@@ -63,7 +63,7 @@ extension TencentCommands {
         guard (1...100).contains(names.count) else { throw BeaconError.illegal("To_Account names 1-100 accounts") }
         var profiles: [UserProfile] = []
         for name in names {
-            let user = (try? Self.username(name)) != nil ? try await store.user(name, app: call.app.id) : nil
+            let user = try await account(name, app: call.app)
             profiles.append(
                 UserProfile(
                     toAccount: name, profileItem: user.map { [ProfileItem(tag: Self.nickTag, value: .string($0.nickname ?? ""))] } ?? [],

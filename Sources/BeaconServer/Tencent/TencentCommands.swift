@@ -53,6 +53,17 @@ struct TencentCommands: Sendable {
         try Validation.validateUsername(id)
         return id
     }
+
+    /// The account `id` names, nil when there is none (or `id` is no name Beacon can hold).
+    func account(_ id: String, app: AppRecord) async throws -> UserRecord? {
+        guard (try? Self.username(id)) != nil else { return nil }
+        return try await store.user(id, app: app.id)
+    }
+
+    /// Which of `ids` name accounts.
+    func existingAccounts(_ ids: [String], app: AppRecord) async throws -> Set<String> {
+        try await store.existingUsers(ids.filter { (try? Self.username($0)) != nil }, app: app.id)
+    }
 }
 
 /// `[{"UserID": …}]` items of Tencent's account commands.
