@@ -259,7 +259,7 @@ public actor BeaconClient {
         case frame(ServerFrame)
         /// A frame of a kind this version does not know (a newer server's): skipped.
         case unknown
-        /// Not JSON this SDK reads (too deep, malformed), or a `msg` frame whose message cannot be read: reported as
+        /// Not JSON this SDK reads (too deep, malformed), or a `msg` or `recall` frame that cannot be read: reported as
         /// `unreadableFrame`, and the connection ends.
         case unreadable
     }
@@ -274,7 +274,8 @@ public actor BeaconClient {
                 guard case .message(_, let wire) = frame, wire.message == nil else { return .frame(frame) }
                 reason = "a msg frame whose message id is not a 64-bit number"
             } catch {
-                guard value["op"]?.stringValue == "msg" else { return .unknown }
+                // Frames that carry a `seq`: skipping one would acknowledge it unread.
+                guard ["msg", "recall"].contains(value["op"]?.stringValue) else { return .unknown }
                 reason = "\(error)"
             }
         } catch {
@@ -299,11 +300,10 @@ public actor BeaconClient {
             resumeWaiters()
         case .message(let seq, let wire):
             guard let message = wire.message else { break }
-            if let seq {
-                guard seq > lastSeq else { break }  // already in `messages` (a resend after a reconnect)
-                lastSeq = seq
-            }
-            messageSink.yield(MessageStream.Delivery(message: message, seq: seq, session: session))
+            deliver(message, seq: seq)
+        case .recall(let seq, let noticeID, let notice):
+            // In `messages`, in its place in the inbox's order, with `Message.recall` set.
+            deliver(notice.message(id: noticeID), seq: seq)
         case .sent(let id, let messageID, let timestamp):
             guard let continuation = pendingSends.removeValue(forKey: id), let draft = pendingDrafts.removeValue(forKey: id) else { break }
             continuation.resume(
@@ -342,6 +342,15 @@ public actor BeaconClient {
                 stopReconnecting = true
             }
         }
+    }
+
+    /// Hands a message to `messages`, unless its `seq` was handed out already (a resend after a reconnect).
+    private func deliver(_ message: Message, seq: Int64?) {
+        if let seq {
+            guard seq > lastSeq else { return }
+            lastSeq = seq
+        }
+        messageSink.yield(MessageStream.Delivery(message: message, seq: seq, session: session))
     }
 
     /// The app finished with the stored message `seq` (its loop asked `messages` for the next one).

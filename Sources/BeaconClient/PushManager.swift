@@ -196,10 +196,11 @@ public struct PushPayload: Sendable, Hashable {
     public var messageID: String?
     /// The sender's custom content (`em_apns_ext.extern` / `em_push_ext.custom`).
     public var extra: JSONValue?
-    /// Set for Beacon's background push telling what the user read on another device (not a message notification).
+    /// Set for Beacon's background push telling what the user read on another device, or which messages were recalled
+    /// (not a message notification).
     public var withdrawal: Withdrawal?
 
-    /// What was read elsewhere: the notifications to remove and the badge to show.
+    /// What was read elsewhere or recalled: the notifications to remove and the badge to show.
     public struct Withdrawal: Sendable, Hashable {
         /// One conversation read up to a message.
         public struct Read: Sendable, Hashable {
@@ -211,11 +212,21 @@ public struct PushPayload: Sendable, Hashable {
 
         public var badge: Int
         public var reads: [Read]
+        /// Messages recalled: their notifications go whatever the conversation.
+        public var recalled: [UInt64]
 
-        /// Whether a delivered notification shows a message now read: its conversation (`thread-id`, and `g` present
-        /// for groups) is listed and its message id (`m`) is at most the one read up to.
+        public init(badge: Int, reads: [Read], recalled: [UInt64] = []) {
+            self.badge = badge
+            self.reads = reads
+            self.recalled = recalled
+        }
+
+        /// Whether a delivered notification shows a message now read or recalled: its message id (`m`) is recalled, or
+        /// its conversation (`thread-id`, and `g` present for groups) is listed and its id is at most the one read up to.
         public func covers(_ notification: PushPayload) -> Bool {
-            guard let threadID = notification.threadID, let id = notification.messageID.flatMap({ UInt64($0) }) else { return false }
+            guard let id = notification.messageID.flatMap({ UInt64($0) }) else { return false }
+            if recalled.contains(id) { return true }
+            guard let threadID = notification.threadID else { return false }
             let chatType: ChatType = notification.group == nil ? .chat : .groupchat
             return reads.contains { $0.chatType == chatType && $0.conversation == threadID && id <= $0.upTo }
         }
@@ -245,7 +256,8 @@ public struct PushPayload: Sendable, Hashable {
                 else { return nil }
                 return Withdrawal.Read(chatType: type, conversation: conversation, upTo: upTo)
             }
-            withdrawal = Withdrawal(badge: badge, reads: reads)
+            let recalled = (beacon["recalled"]?.arrayValue ?? []).compactMap { $0.stringValue.flatMap { UInt64($0) } }
+            withdrawal = Withdrawal(badge: badge, reads: reads, recalled: recalled)
         }
     }
 
@@ -262,7 +274,7 @@ public struct PushPayload: Sendable, Hashable {
     import UserNotifications
 
     extension PushPayload.Withdrawal {
-        /// Removes the delivered notifications of messages now read and sets the app's badge: what the app does with
+        /// Removes the delivered notifications of messages now read or recalled and sets the app's badge: what the app does with
         /// Beacon's background push (`application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`).
         @available(iOS 16.0, macOS 13.0, watchOS 9.0, tvOS 16.0, *)
         public func apply(to center: UNUserNotificationCenter = .current()) async {

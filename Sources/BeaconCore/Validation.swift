@@ -81,7 +81,12 @@ public enum Validation {
         }
         switch type {
         case .txt: try requireString("msg")
-        case .cmd: try requireString("action")
+        case .cmd:
+            try requireString("action")
+            // Only Beacon writes recall notices: a sender's could make devices drop messages that were never recalled.
+            guard fields["action"]?.stringValue != RecallNotice.action else {
+                throw .illegal("cmd action '\(RecallNotice.action)' is reserved for Beacon's recall notices")
+            }
         case .img, .audio, .video, .file: try requireString("url")
         case .loc:
             guard case .number = fields["lat"], case .number = fields["lng"] else {

@@ -14,9 +14,6 @@ extension PostgresStore {
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
-        // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
-        // receivers lock their rows in the same order and cannot deadlock.
-        let receivers = Array(Set(messages.flatMap { $0.deliveries.map(\.username) })).sorted()
         return try await transaction { connection in
             if let receipt {
                 // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
@@ -38,96 +35,107 @@ extension PostgresStore {
                     return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
             }
-            var counts: [String: Int] = [:]
-            for new in messages { for delivery in new.deliveries { counts[delivery.username, default: 0] += 1 } }
-            // One statement reserves every receiver's sequence numbers, row locks taken in username order.
-            var firstSeq: [String: Int64] = [:]
-            if !receivers.isEmpty {
-                let amounts = receivers.map { Int64(counts[$0] ?? 0) }
-                let rows = try await connection.query(
-                    """
-                    WITH wanted AS (SELECT * FROM unnest(\(receivers)::text[], \(amounts)::bigint[]) AS w(username, amount)),
-                    locked AS (
-                        SELECT u.username FROM users u JOIN wanted w ON w.username = u.username
-                        WHERE u.app_id = \(app) ORDER BY u.username FOR NO KEY UPDATE OF u)
-                    UPDATE users u SET inbox_seq = u.inbox_seq + w.amount FROM wanted w, locked l
-                    WHERE u.app_id = \(app) AND u.username = w.username AND l.username = w.username
-                    RETURNING u.username, u.inbox_seq - w.amount AS before
-                    """, logger: logger
-                ).collect()
-                for row in rows {
-                    let (username, before) = try row.decode((String, Int64).self)
-                    firstSeq[username] = before
-                }
+            return .stored(try await insert(encoded, app: app, connection: connection))
+        }
+    }
+
+    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and pending routes.
+    func insert(_ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, connection: PostgresConnection)
+        async throws -> [InboxEntry]
+    {
+        let messages = encoded.map(\.new)
+        // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
+        // receivers lock their rows in the same order and cannot deadlock.
+        let receivers = Array(Set(messages.flatMap { $0.deliveries.map(\.username) })).sorted()
+        var counts: [String: Int] = [:]
+        for new in messages { for delivery in new.deliveries { counts[delivery.username, default: 0] += 1 } }
+        // One statement reserves every receiver's sequence numbers, row locks taken in username order.
+        var firstSeq: [String: Int64] = [:]
+        if !receivers.isEmpty {
+            let amounts = receivers.map { Int64(counts[$0] ?? 0) }
+            let rows = try await connection.query(
+                """
+                WITH wanted AS (SELECT * FROM unnest(\(receivers)::text[], \(amounts)::bigint[]) AS w(username, amount)),
+                locked AS (
+                    SELECT u.username FROM users u JOIN wanted w ON w.username = u.username
+                    WHERE u.app_id = \(app) ORDER BY u.username FOR NO KEY UPDATE OF u)
+                UPDATE users u SET inbox_seq = u.inbox_seq + w.amount FROM wanted w, locked l
+                WHERE u.app_id = \(app) AND u.username = w.username AND l.username = w.username
+                RETURNING u.username, u.inbox_seq - w.amount AS before
+                """, logger: logger
+            ).collect()
+            for row in rows {
+                let (username, before) = try row.decode((String, Int64).self)
+                firstSeq[username] = before
             }
-            var entries: [InboxEntry] = []
-            var messageRows:
-                (
-                    ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
-                    exts: [String], timestamps: [Int64]
-                ) = ([], [], [], [], [], [], [], [])
-            // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
-            var inboxRows:
-                (
-                    usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
-                    origins: [String], created: [Int64], counts: [Bool]
-                ) = ([], [], [], [], [], [], [], [])
-            var routes: (ids: [Int64], created: [Int64]) = ([], [])
-            for (new, id, body, ext) in encoded {
-                let message = new.message
-                messageRows.ids.append(id)
-                messageRows.senders.append(message.from)
-                messageRows.recipients.append(message.to)
-                messageRows.chatTypes.append(message.chatType.rawValue)
-                messageRows.types.append(message.type.rawValue)
-                messageRows.bodies.append(body)
-                messageRows.exts.append(ext)
-                messageRows.timestamps.append(message.timestamp)
-                let countsAsUnread = message.countsAsUnread
-                for delivery in new.deliveries {
-                    guard let before = firstSeq[delivery.username] else { continue }  // no such user
-                    let seq = before + 1
-                    firstSeq[delivery.username] = seq
-                    inboxRows.usernames.append(delivery.username)
-                    inboxRows.seqs.append(seq)
-                    inboxRows.ids.append(id)
-                    inboxRows.conversations.append(message.conversation(for: delivery.username).description)
-                    inboxRows.chatTypes.append(message.chatType.rawValue)
-                    inboxRows.origins.append(delivery.originDevice ?? "")
-                    inboxRows.created.append(message.timestamp)
-                    inboxRows.counts.append(countsAsUnread && delivery.username != message.from)
-                    entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
-                }
-                if new.routesPushes {
-                    routes.ids.append(id)
-                    routes.created.append(message.timestamp)
-                }
+        }
+        var entries: [InboxEntry] = []
+        var messageRows:
+            (
+                ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
+                exts: [String], timestamps: [Int64]
+            ) = ([], [], [], [], [], [], [], [])
+        // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
+        var inboxRows:
+            (
+                usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
+                origins: [String], created: [Int64], counts: [Bool]
+            ) = ([], [], [], [], [], [], [], [])
+        var routes: (ids: [Int64], created: [Int64]) = ([], [])
+        for (new, id, body, ext) in encoded {
+            let message = new.message
+            messageRows.ids.append(id)
+            messageRows.senders.append(message.from)
+            messageRows.recipients.append(message.to)
+            messageRows.chatTypes.append(message.chatType.rawValue)
+            messageRows.types.append(message.type.rawValue)
+            messageRows.bodies.append(body)
+            messageRows.exts.append(ext)
+            messageRows.timestamps.append(message.timestamp)
+            let countsAsUnread = message.countsAsUnread
+            for delivery in new.deliveries {
+                guard let before = firstSeq[delivery.username] else { continue }  // no such user
+                let seq = before + 1
+                firstSeq[delivery.username] = seq
+                inboxRows.usernames.append(delivery.username)
+                inboxRows.seqs.append(seq)
+                inboxRows.ids.append(id)
+                inboxRows.conversations.append(message.conversation(for: delivery.username).description)
+                inboxRows.chatTypes.append(message.chatType.rawValue)
+                inboxRows.origins.append(delivery.originDevice ?? "")
+                inboxRows.created.append(message.timestamp)
+                inboxRows.counts.append(countsAsUnread && delivery.username != message.from)
+                entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
             }
+            if new.routesPushes {
+                routes.ids.append(id)
+                routes.created.append(message.timestamp)
+            }
+        }
+        try await connection.query(
+            """
+            INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
+            SELECT \(app), * FROM unnest(\(messageRows.ids)::bigint[], \(messageRows.senders)::text[], \(messageRows.recipients)::text[],
+                \(messageRows.chatTypes)::text[], \(messageRows.types)::text[], \(messageRows.bodies)::text[], \(messageRows.exts)::text[],
+                \(messageRows.timestamps)::bigint[])
+            """, logger: logger)
+        if !inboxRows.seqs.isEmpty {
             try await connection.query(
                 """
-                INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
-                SELECT \(app), * FROM unnest(\(messageRows.ids)::bigint[], \(messageRows.senders)::text[], \(messageRows.recipients)::text[],
-                    \(messageRows.chatTypes)::text[], \(messageRows.types)::text[], \(messageRows.bodies)::text[], \(messageRows.exts)::text[],
-                    \(messageRows.timestamps)::bigint[])
+                INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
+                SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a, n FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
+                    \(inboxRows.ids)::bigint[], \(inboxRows.conversations)::text[], \(inboxRows.chatTypes)::text[],
+                    \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[], \(inboxRows.counts)::boolean[]) AS r(u, s, i, c, t, o, a, n)
                 """, logger: logger)
-            if !inboxRows.seqs.isEmpty {
-                try await connection.query(
-                    """
-                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
-                    SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a, n FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
-                        \(inboxRows.ids)::bigint[], \(inboxRows.conversations)::text[], \(inboxRows.chatTypes)::text[],
-                        \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[], \(inboxRows.counts)::boolean[]) AS r(u, s, i, c, t, o, a, n)
-                    """, logger: logger)
-            }
-            if !routes.ids.isEmpty {
-                try await connection.query(
-                    """
-                    INSERT INTO pending_routes (app_id, message_id, created_at)
-                    SELECT \(app), * FROM unnest(\(routes.ids)::bigint[], \(routes.created)::bigint[])
-                    """, logger: logger)
-            }
-            return .stored(entries)
         }
+        if !routes.ids.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO pending_routes (app_id, message_id, created_at)
+                SELECT \(app), * FROM unnest(\(routes.ids)::bigint[], \(routes.created)::bigint[])
+                """, logger: logger)
+        }
+        return entries
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

@@ -70,7 +70,7 @@ extension PostgresStore {
     /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
     /// route was decided (their records went with them; a user created again under the name is another user). Each
     /// receiver's row is key-share locked: a deletion either finishes first (no job) or waits and deletes the jobs too.
-    private func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
+    func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
         let badged = Set(route.jobs.filter(\.awaitsBadge).map(\.username))
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }

@@ -267,15 +267,17 @@ extension PostgresStore {
     }
 
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
-        let row = try await rows("SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = \(app)")
-            .first
+        let row = try await rows(
+            "SELECT multi_device, default_timezone, display_strings, badge_counts_muted, recall_limit_seconds FROM apps WHERE id = \(app)"
+        ).first
         let strings = try row.flatMap { row in
             try? JSONDecoder().decode([String: String].self, from: Data(try row["display_strings"].decode(String.self).utf8))
         }
         return PushPolicyRecord(
             multiDevice: try row?["multi_device"].decode(String.self) ?? "all_offline",
             timezone: try row?["default_timezone"].decode(String.self) ?? "UTC", displayStrings: strings ?? [:],
-            badgeCountsMuted: try row?["badge_counts_muted"].decode(Bool.self) ?? false)
+            badgeCountsMuted: try row?["badge_counts_muted"].decode(Bool.self) ?? false,
+            recallLimitSeconds: try row?["recall_limit_seconds"].decode(Int64.self) ?? PushPolicyRecord.defaultRecallLimitSeconds)
     }
 
     public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
@@ -283,7 +285,7 @@ extension PostgresStore {
         try await execute(
             """
             UPDATE apps SET multi_device = \(policy.multiDevice), default_timezone = \(policy.timezone), display_strings = \(strings),
-                badge_counts_muted = \(policy.badgeCountsMuted)
+                badge_counts_muted = \(policy.badgeCountsMuted), recall_limit_seconds = \(policy.recallLimitSeconds)
             WHERE id = \(app)
             """)
     }

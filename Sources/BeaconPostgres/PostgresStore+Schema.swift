@@ -320,5 +320,11 @@ extension PostgresStore {
                 "ALTER TABLE apps ADD COLUMN tencent_sealed_key BYTEA",
                 "ALTER TABLE apps ADD COLUMN tencent_admin TEXT",
             ]),
+        Migration(
+            version: "v9-recall-limit",
+            sql: [
+                // How long after sending a user may recall a message (`PushPolicyRecord.recallLimitSeconds`).
+                "ALTER TABLE apps ADD COLUMN recall_limit_seconds BIGINT NOT NULL DEFAULT 120"
+            ]),
     ]
 }

@@ -193,6 +193,19 @@ extension ServerFrame: JSONDescribed {
             self = .error(id: try frame.optionalString("id"), code: try frame.string("code"), description: try frame.string("description"))
         case "closing": self = .closing(reason: try frame.string("reason"))
         case "read": self = .read(try ReadState(fields: frame))
+        case "recall":
+            func id(_ name: String) throws(BeaconError) -> UInt64 {
+                let text = try frame.string(name)
+                guard let id = UInt64(text) else { throw BeaconError(.jsonParse, "\(name) '\(text.prefix(40))' is not a message id") }
+                return id
+            }
+            let messageID = try id("msg_id")
+            self = .recall(
+                seq: try frame.int64("seq"), noticeID: try id("notice_id"),
+                notice: RecallNotice(
+                    messageID: messageID, from: try frame.string("from"), to: try frame.string("to"),
+                    chatType: try frame.enumeration("chat_type", ChatType.self), recalledBy: try frame.string("by"),
+                    timestamp: try frame.int64("timestamp")))
         default: throw BeaconError(.jsonParse, "unknown op '\(op)'")
         }
     }
@@ -222,6 +235,12 @@ extension ServerFrame: JSONDescribed {
             var fields = state.jsonFields
             fields["op"] = "read"
             return .object(fields)
+        case .recall(let seq, let noticeID, let notice):
+            return [
+                "op": "recall", "seq": number(seq), "notice_id": .string(String(noticeID)), "msg_id": .string(String(notice.messageID)),
+                "chat_type": .string(notice.chatType.rawValue), "from": .string(notice.from), "to": .string(notice.to),
+                "by": .string(notice.recalledBy), "timestamp": number(notice.timestamp),
+            ]
         }
     }
 }

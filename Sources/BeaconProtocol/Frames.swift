@@ -62,6 +62,9 @@ public enum ServerFrame: Sendable, Hashable {
     case closing(reason: String)
     /// The user read a conversation (on any device): its read marker moved.
     case read(ReadState)
+    /// A message this device may hold was recalled: the notice at inbox position `seq` (its own id `noticeID`, a decimal
+    /// string in JSON), acknowledged like a message.
+    case recall(seq: Int64, noticeID: UInt64, notice: RecallNotice)
 }
 
 /// A conversation's read marker as devices receive it (`read` frame).

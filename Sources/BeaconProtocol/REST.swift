@@ -264,3 +264,52 @@ public struct ConversationInfo: Sendable, Hashable, Codable {
         self.lastTimestamp = lastTimestamp
     }
 }
+
+/// `POST /{org}/{app}/messages/msg_recall` (Easemob's field names). `sync_device` is accepted and ignored: the sender's
+/// devices always learn of a recall.
+public struct RecallRequest: Sendable, Codable {
+    /// The message to recall, a decimal id.
+    public var msgID: String
+    /// The username (`chat`) or group id (`groupchat`) it was sent to.
+    public var to: String
+    public var chatType: String
+    /// Its sender: the app recalls on their behalf, within the app's recall limit (unless `force`). Without it, the app
+    /// (as `admin`) recalls any message at any time; a user token recalls its own.
+    public var from: String?
+    public var force: Bool?
+    public var syncDevice: Bool?
+
+    enum CodingKeys: String, CodingKey {
+        case msgID = "msg_id", to, chatType = "chat_type", from, force, syncDevice = "sync_device"
+    }
+
+    public init(msgID: String, to: String, chatType: String, from: String? = nil, force: Bool? = nil) {
+        self.msgID = msgID
+        self.to = to
+        self.chatType = chatType
+        self.from = from
+        self.force = force
+    }
+}
+
+/// What a recall answers (`data`), as Easemob does.
+public struct RecallAnswer: Sendable, Codable {
+    /// `yes`.
+    public var recalled: String
+    public var chattype: String
+    public var from: String
+    public var to: String
+    public var msgID: String
+
+    enum CodingKeys: String, CodingKey {
+        case recalled, chattype, from, to, msgID = "msg_id"
+    }
+
+    public init(recalled: String, chattype: String, from: String, to: String, msgID: String) {
+        self.recalled = recalled
+        self.chattype = chattype
+        self.from = from
+        self.to = to
+        self.msgID = msgID
+    }
+}

@@ -31,4 +31,13 @@ public enum WithdrawalPayload {
         let beacon: JSONValue = ["badge": .number(Double(min(max(badge, 0), JSONWriter.maxBadge))), "read": .array(Array(kept))]
         return JSONWriter.string(["aps": ["content-available": 1], "beacon": beacon])
     }
+
+    /// The payload that removes the notification of a recalled message (matched by `m`), without its badge:
+    /// `{"aps":{"content-available":1},"beacon":{"recalled":["…"],"badge":N}}` once the receiver's badge is put in at
+    /// `badgeOffset` (`NewPushJob.badgeOffset`).
+    public static func recall(of messageID: UInt64) -> (json: String, badgeOffset: Int) {
+        let json = JSONWriter.string(["aps": ["content-available": 1], "beacon": ["recalled": [.string(String(messageID))]]])
+        // The badge goes last in `beacon`: before the two closing braces.
+        return (json, json.utf8.count - 2)
+    }
 }

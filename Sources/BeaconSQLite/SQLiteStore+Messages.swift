@@ -30,41 +30,48 @@ extension SQLiteStore {
                     sql: "INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at) VALUES (?, ?, ?, ?, ?)",
                     arguments: [app, receipt.scope, receipt.reference, resultsText, receipt.now])
             }
-            let insertMessage = try db.cachedStatement(
-                sql: """
-                    INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """)
-            let nextSeq = try db.cachedStatement(
-                sql: "UPDATE users SET inbox_seq = inbox_seq + 1 WHERE app_id = ? AND username = ? RETURNING inbox_seq")
-            let insertEntry = try db.cachedStatement(
-                sql: """
-                    INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """)
-            let insertRoute = try db.cachedStatement(sql: "INSERT INTO pending_routes (app_id, message_id, created_at) VALUES (?, ?, ?)")
-            var entries: [InboxEntry] = []
-            for (new, id, body, ext) in encoded {
-                let message = new.message
-                try insertMessage.execute(arguments: [
-                    app, id, message.from, message.to, message.chatType.rawValue, message.type.rawValue, body, ext, message.timestamp,
-                ])
-                let countsAsUnread = message.countsAsUnread
-                for delivery in new.deliveries {
-                    guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
-                    try insertEntry.execute(arguments: [
-                        app, delivery.username, seq, id, message.conversation(for: delivery.username).description,
-                        message.chatType.rawValue,
-                        delivery.originDevice, message.timestamp, countsAsUnread && delivery.username != message.from,
-                    ])
-                    entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
-                }
-                if new.routesPushes {
-                    try insertRoute.execute(arguments: [app, id, message.timestamp])
-                }
-            }
-            return .stored(entries)
+            return .stored(try Self.insert(encoded, app: app, db: db))
         }
+    }
+
+    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and pending routes.
+    static func insert(_ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, db: Database) throws
+        -> [InboxEntry]
+    {
+        let insertMessage = try db.cachedStatement(
+            sql: """
+                INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        let nextSeq = try db.cachedStatement(
+            sql: "UPDATE users SET inbox_seq = inbox_seq + 1 WHERE app_id = ? AND username = ? RETURNING inbox_seq")
+        let insertEntry = try db.cachedStatement(
+            sql: """
+                INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        let insertRoute = try db.cachedStatement(sql: "INSERT INTO pending_routes (app_id, message_id, created_at) VALUES (?, ?, ?)")
+        var entries: [InboxEntry] = []
+        for (new, id, body, ext) in encoded {
+            let message = new.message
+            try insertMessage.execute(arguments: [
+                app, id, message.from, message.to, message.chatType.rawValue, message.type.rawValue, body, ext, message.timestamp,
+            ])
+            let countsAsUnread = message.countsAsUnread
+            for delivery in new.deliveries {
+                guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
+                try insertEntry.execute(arguments: [
+                    app, delivery.username, seq, id, message.conversation(for: delivery.username).description,
+                    message.chatType.rawValue,
+                    delivery.originDevice, message.timestamp, countsAsUnread && delivery.username != message.from,
+                ])
+                entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
+            }
+            if new.routesPushes {
+                try insertRoute.execute(arguments: [app, id, message.timestamp])
+            }
+        }
+        return entries
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

@@ -213,6 +213,10 @@ extension SQLiteStore {
                     CREATE UNIQUE INDEX apps_by_tencent_app_id ON apps (tencent_app_id);
                     """)
         }
+        migrator.registerMigration("v14-recall-limit") { db in
+            // How long after sending a user may recall a message (`PushPolicyRecord.recallLimitSeconds`).
+            try db.execute(sql: "ALTER TABLE apps ADD COLUMN recall_limit_seconds INTEGER NOT NULL DEFAULT 120")
+        }
         return migrator
     }
 }

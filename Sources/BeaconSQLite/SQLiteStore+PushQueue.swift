@@ -78,7 +78,7 @@ extension SQLiteStore {
 
     /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
     /// route was decided (their records went with them; a user created again under the name is another user).
-    private static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
+    static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
         var badges: [String: Int] = [:]
         var exists: [String: Bool] = [:]
         let userExists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM users WHERE app_id = ? AND username = ?)")

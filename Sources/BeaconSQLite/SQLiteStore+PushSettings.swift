@@ -271,24 +271,31 @@ extension SQLiteStore {
     public func pushPolicy(app: Int64) async throws -> PushPolicyRecord {
         try await read { db in
             let row = try Row.fetchOne(
-                db, sql: "SELECT multi_device, default_timezone, display_strings, badge_counts_muted FROM apps WHERE id = ?",
+                db,
+                sql:
+                    "SELECT multi_device, default_timezone, display_strings, badge_counts_muted, recall_limit_seconds FROM apps WHERE id = ?",
                 arguments: [app])
             let stored: String? = try row?.decode(String?.self, forColumn: "display_strings") ?? nil
             let strings = stored.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
             return PushPolicyRecord(
                 multiDevice: try row?.decode(String.self, forColumn: "multi_device") ?? "all_offline",
                 timezone: try row?.decode(String.self, forColumn: "default_timezone") ?? "UTC", displayStrings: strings ?? [:],
-                badgeCountsMuted: try row?.decode(Bool.self, forColumn: "badge_counts_muted") ?? false)
+                badgeCountsMuted: try row?.decode(Bool.self, forColumn: "badge_counts_muted") ?? false,
+                recallLimitSeconds: try row?.decode(Int64.self, forColumn: "recall_limit_seconds")
+                    ?? PushPolicyRecord.defaultRecallLimitSeconds)
         }
     }
 
     public func savePushPolicy(_ policy: PushPolicyRecord, app: Int64) async throws {
         try await write { db in
             try db.execute(
-                sql: "UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ?, badge_counts_muted = ? WHERE id = ?",
+                sql: """
+                    UPDATE apps SET multi_device = ?, default_timezone = ?, display_strings = ?, badge_counts_muted = ?,
+                        recall_limit_seconds = ? WHERE id = ?
+                    """,
                 arguments: [
                     policy.multiDevice, policy.timezone, String(decoding: try JSONEncoder().encode(policy.displayStrings), as: UTF8.self),
-                    policy.badgeCountsMuted, app,
+                    policy.badgeCountsMuted, policy.recallLimitSeconds, app,
                 ])
         }
     }

@@ -38,6 +38,7 @@ public struct BeaconServer: Sendable {
     let cursors: CursorBook
     let messages: MessageService
     let reads: ReadService
+    let recalls: RecallService
     /// This server's metrics (`GET /metrics`).
     public let metrics: BeaconMetrics
     let pushConfigs: PushConfigs?
@@ -107,6 +108,7 @@ public struct BeaconServer: Sendable {
         if let worker = pushWorker { withdrawalsStored = { worker.jobsStored() } }
         reads = ReadService(
             store: store, switchboard: switchboard, clock: configuration.clock, jobsStored: withdrawalsStored, logger: logger)
+        recalls = RecallService(store: store, switchboard: switchboard, messages: messages, jobsStored: withdrawalsStored, logger: logger)
         var api = API(store: store, tokens: TokenIssuer(key: tokenKey), clock: configuration.clock, logger: logger)
         api.proxies = configuration.trustedProxies
         api.box = configuration.secretBox
@@ -196,7 +198,7 @@ public struct BeaconServer: Sendable {
             UserRoutes(api: api, switchboard: switchboard, cursors: cursors, passwordHashRounds: configuration.passwordHashRounds),
             PresenceRoutes(api: api, switchboard: switchboard),
             GroupRoutes(api: api, messages: messages, userGroupMaxUsers: configuration.userGroupMaxUsers),
-            MessageRoutes(api: api, messages: messages),
+            MessageRoutes(api: api, messages: messages, recalls: recalls),
             PushCertificateRoutes(api: api, pushConfigs: pushConfigs, onPushConfiguration: configuration.onPushConfiguration),
             BindingRoutes(api: api),
             DeliveryRoutes(api: api),
@@ -209,7 +211,8 @@ public struct BeaconServer: Sendable {
             CredentialRoutes(api: api),
         ]
         for collection in collections { collection.register(on: app) }
-        TencentDoor(commands: TencentCommands(api: api, messages: messages, switchboard: switchboard)).register(on: router, table: routes)
+        TencentDoor(commands: TencentCommands(api: api, messages: messages, recalls: recalls, switchboard: switchboard)).register(
+            on: router, table: routes)
         return router
     }
 
@@ -271,6 +274,8 @@ public struct BeaconServer: Sendable {
         guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
             throw BeaconError.illegal("device_id (1-128 bytes) is required")
         }
+        // The origin of Beacon's own notices: a device of that name would never get them.
+        guard deviceID != Delivery.noticeOrigin else { throw BeaconError.illegal("device_id '\(deviceID)' is reserved") }
         guard let user else {
             throw BeaconError(.badAccessToken, "a device connects with a user token, not an app token")
         }

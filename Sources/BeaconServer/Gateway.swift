@@ -382,8 +382,16 @@ struct DeviceSession {
         outbox.noteSending(through: entry.seq)
         // The device a message was sent from already has it.
         guard entry.originDevice != deviceID else { return false }
-        try await write(.message(seq: entry.seq, message: WireMessage(entry.message)), to: outbound)
+        try await write(Self.frame(of: entry), to: outbound)
         return true
+    }
+
+    /// How a device gets an inbox entry: a message, or the notice that one was recalled.
+    static func frame(of entry: InboxEntry) -> ServerFrame {
+        if let notice = entry.message.recall {
+            return .recall(seq: entry.seq, noticeID: entry.message.id, notice: notice)
+        }
+        return .message(seq: entry.seq, message: WireMessage(entry.message))
     }
 
     private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {

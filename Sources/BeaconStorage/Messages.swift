@@ -24,6 +24,17 @@ public protocol MessageStore: Sendable {
     func offlineCount(of username: String, app: Int64) async throws -> Int
     /// Whether a stored message reached a device of the user; nil if the user's inbox does not hold it.
     func offlineStatus(of messageID: UInt64, for username: String, app: Int64) async throws -> OfflineStatus?
+    /// The stored message with this id, nil when there is none (never stored, recalled, or gone with retention).
+    func message(_ id: UInt64, app: Int64) async throws -> Message?
+
+    // MARK: Recall
+
+    /// Recalls a stored message, all or nothing (`MessageRecall`): removes it from every inbox and the store, puts
+    /// `notice` in each of those inboxes in its place (its entries returned, for live delivery), ends its pushes not yet
+    /// on their way (`skipped`, `recalled`, as are its `online` skips and its pending route), and queues a withdrawal
+    /// for each device it was pushed to (sent, or in flight) with the receiver's badge as it now is. Nil, changing
+    /// nothing, when the message is not stored (recalled already, or never stored).
+    func recall(_ recall: MessageRecall, app: Int64) async throws -> RecallResult?
 
     // MARK: Retention
 
@@ -47,7 +58,12 @@ extension MessageStore {
 public struct Delivery: Sendable, Hashable {
     public var username: String
     /// The device the message was sent from, for the sender's own copy: that device does not get it back.
+    /// `noticeOrigin` for a notice Beacon writes (a recall).
     public var originDevice: String?
+
+    /// The origin of the entries of notices Beacon writes (`RecallNotice`): a device id no device may have, so every
+    /// device gets them, and not counted as received (`offlineCount`), as no one sent them to the user.
+    public static let noticeOrigin = "beacon:notice"
 
     public init(username: String, originDevice: String? = nil) {
         self.username = username
@@ -153,4 +169,35 @@ public enum AppendResult: Sendable, Hashable {
     case stored([InboxEntry])
     /// The receipt's reference was seen before: the earlier send's message ids by target; nothing was stored.
     case repeated([String: UInt64])
+}
+
+/// A recall to store (`MessageStore.recall`).
+public struct MessageRecall: Sendable {
+    public var messageID: UInt64
+    /// The notice to put in each inbox that held the message (`RecallNotice.message(id:)`).
+    public var notice: Message
+    /// The background push that removes, from one device, the notification of a push of the message that was sent
+    /// (its receiver's badge is put in where `badgeOffset` says when it is stored).
+    public var withdrawal: @Sendable (_ sent: NewPushJob) -> NewPushJob
+    public var now: Int64
+
+    public init(messageID: UInt64, notice: Message, withdrawal: @escaping @Sendable (_ sent: NewPushJob) -> NewPushJob, now: Int64) {
+        self.messageID = messageID
+        self.notice = notice
+        self.withdrawal = withdrawal
+        self.now = now
+    }
+}
+
+/// What a recall did.
+public struct RecallResult: Sendable, Hashable {
+    /// The notice's inbox entries, one per user that held the message.
+    public var notices: [InboxEntry]
+    /// Withdrawal pushes queued.
+    public var withdrawals: Int
+
+    public init(notices: [InboxEntry], withdrawals: Int) {
+        self.notices = notices
+        self.withdrawals = withdrawals
+    }
 }

@@ -133,6 +133,8 @@ public enum StoredJobReason: String, Sendable, CaseIterable {
     case read
     /// A newer withdrawal for the same device replaced this one.
     case superseded
+    /// The message was recalled before the push went out.
+    case recalled
     /// The receiver was deleted.
     case userDeleted = "user_deleted"
     /// The job's stored row no longer decodes.

@@ -79,15 +79,23 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
 
     /// Whether unread messages of muted conversations (push mode `NONE`) count in the badge.
     public var badgeCountsMuted: Bool
+    /// How long after sending a user may recall a message (s); the app itself may recall at any time.
+    public var recallLimitSeconds: Int64
+
+    /// Easemob's and Tencent's default: two minutes.
+    public static let defaultRecallLimitSeconds: Int64 = 120
+    /// The longest limit an app may set: seven days, as Easemob allows.
+    public static let maxRecallLimitSeconds: Int64 = 7 * 24 * 3600
 
     public init(
         multiDevice: String = "all_offline", timezone: String = "UTC", displayStrings: [String: String] = [:],
-        badgeCountsMuted: Bool = false
+        badgeCountsMuted: Bool = false, recallLimitSeconds: Int64 = Self.defaultRecallLimitSeconds
     ) {
         self.multiDevice = multiDevice
         self.timezone = timezone
         self.displayStrings = displayStrings
         self.badgeCountsMuted = badgeCountsMuted
+        self.recallLimitSeconds = recallLimitSeconds
     }
 }
 

@@ -4,10 +4,12 @@ import BeaconStorage
 import BeaconTencent
 import Hummingbird
 
-/// Sending messages over REST (Easemob's `messages/users`, `messages/chatgroups` and the older `messages`).
+/// Sending messages over REST (Easemob's `messages/users`, `messages/chatgroups` and the older `messages`), and
+/// recalling them (`messages/msg_recall`).
 struct MessageRoutes: AppRouteCollection {
     let api: API
     let messages: MessageService
+    let recalls: RecallService
 
     var store: any BeaconStore { api.store }
 
@@ -15,6 +17,39 @@ struct MessageRoutes: AppRouteCollection {
         routes.add(.post, "messages/users", .caller) { try await send($0, $1, chatType: .chat) }
         routes.add(.post, "messages/chatgroups", .caller) { try await send($0, $1, chatType: .groupchat) }
         routes.add(.post, "messages", .caller, sendLegacy)
+        routes.add(.post, "messages/msg_recall", .caller, recall)
+    }
+
+    /// Easemob's `msg_recall`: an app token recalls any message (without `from`, or with `force`), or one of `from`'s within
+    /// the app's recall limit; a user token recalls its own within that limit.
+    @Sendable func recall(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
+        let app = try context.app
+        let body = try await api.body(RecallRequest.self, from: request)
+        let chatType: ChatType
+        switch body.chatType {
+        case "chat": chatType = .chat
+        case "groupchat": chatType = .groupchat
+        default: throw BeaconError.illegal("chat_type can only be 'chat' or 'groupchat'")
+        }
+        let recaller: RecallService.Recaller
+        let from: String
+        switch try context.caller {
+        case .app:
+            recaller = body.from == nil || body.force == true ? .app(name: body.from ?? "admin") : .appAsSender
+            from = body.from ?? "admin"
+        case .user(let name):
+            guard body.from == nil || body.from == name else {
+                throw BeaconError(.forbidden, "a user token may only recall as its own user")
+            }
+            recaller = .user(name)
+            from = name
+        }
+        let messageID = try Validation.messageID(body.msgID)
+        try await recalls.recall(
+            RecallService.Request(messageID: messageID, to: body.to, chatType: chatType, from: body.from), by: recaller, app: app)
+        return api.respond(
+            request, app: app, action: "post",
+            data: RecallAnswer(recalled: "yes", chattype: body.chatType, from: from, to: body.to, msgID: body.msgID))
     }
 
     @Sendable func send(_ request: Request, _ context: BeaconRequestContext, chatType: ChatType) async throws -> Response {

@@ -47,8 +47,10 @@ struct SettingsRoutes: AppRouteCollection {
         var timezone: String?
         var displayStrings: [String: String]?
         var badgeCountsMuted: Bool?
+        var recallLimitSeconds: Int64?
         enum CodingKeys: String, CodingKey {
             case multiDevice = "multi_device", timezone, displayStrings = "display_strings", badgeCountsMuted = "badge_counts_muted"
+            case recallLimitSeconds = "recall_limit_seconds"
         }
     }
 
@@ -57,8 +59,10 @@ struct SettingsRoutes: AppRouteCollection {
         var timezone: String
         var displayStrings: [String: String]
         var badgeCountsMuted: Bool
+        var recallLimitSeconds: Int64
         enum CodingKeys: String, CodingKey {
             case multiDevice = "multi_device", timezone, displayStrings = "display_strings", badgeCountsMuted = "badge_counts_muted"
+            case recallLimitSeconds = "recall_limit_seconds"
         }
 
         init(_ policy: PushPolicyRecord) {
@@ -66,6 +70,7 @@ struct SettingsRoutes: AppRouteCollection {
             timezone = policy.timezone
             displayStrings = policy.displayStrings
             badgeCountsMuted = policy.badgeCountsMuted
+            recallLimitSeconds = policy.recallLimitSeconds
         }
     }
 
@@ -182,6 +187,12 @@ struct SettingsRoutes: AppRouteCollection {
             for (key, value) in strings { policy.displayStrings[key] = value.isEmpty ? nil : value }
         }
         if let badgeCountsMuted = body.badgeCountsMuted { policy.badgeCountsMuted = badgeCountsMuted }
+        if let limit = body.recallLimitSeconds {
+            guard (0...PushPolicyRecord.maxRecallLimitSeconds).contains(limit) else {
+                throw BeaconError.illegal("recall_limit_seconds must be 0-\(PushPolicyRecord.maxRecallLimitSeconds) (7 days)")
+            }
+            policy.recallLimitSeconds = limit
+        }
         try await store.savePushPolicy(policy, app: app.id)
         return api.respond(request, app: app, action: "put", data: PolicyView(policy))
     }

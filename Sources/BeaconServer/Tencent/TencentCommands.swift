@@ -10,6 +10,7 @@ struct TencentCommands: Sendable {
 
     let api: API
     let messages: MessageService
+    let recalls: RecallService
     let switchboard: Switchboard
 
     var store: any BeaconStore { api.store }
@@ -27,6 +28,7 @@ struct TencentCommands: Sendable {
         case ("openim", "batchsendmsg"): sendBatch
         case ("openim", "querystate"), ("openim", "query_online_status"): queryState
         case ("openim", "importmsg"): importMessage
+        case ("openim", "admin_msgwithdraw"): withdrawMessage
         case ("group_open_http_svc", "create_group"): createGroup
         case ("group_open_http_svc", "get_group_info"): groupInfo
         case ("group_open_http_svc", "get_group_member_info"): groupMembers
@@ -34,6 +36,7 @@ struct TencentCommands: Sendable {
         case ("group_open_http_svc", "delete_group_member"): deleteGroupMembers
         case ("group_open_http_svc", "destroy_group"): destroyGroup
         case ("group_open_http_svc", "send_group_msg"): sendGroupMessage
+        case ("group_open_http_svc", "group_msg_recall"): recallGroupMessages
         case ("group_open_http_svc", "get_joined_group_list"): joinedGroups
         case ("profile", "portrait_set"): setPortrait
         case ("profile", "portrait_get"): getPortrait
