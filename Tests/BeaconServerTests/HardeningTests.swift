@@ -85,6 +85,8 @@ private let carolsPhone = String(repeating: "c3", count: 32)
                 ("device_id=d1&access_token=\(gone)", 401, "auth_bad_access_token"),
                 ("device_id=d1", 401, "unauthorized"),
                 ("access_token=\(bob)", 400, "illegal_argument"),
+                // The origin of Beacon's own notices (a recall's), which every device must get.
+                ("device_id=beacon:notice&access_token=\(bob)", 400, "illegal_argument"),
             ] {
                 let (answer, body) = try await upgrade(beacon, query: query)
                 #expect(answer == status, "\(query.prefix(30))")
