@@ -60,6 +60,11 @@ import Testing
                 ("openim/sendmsg", #"{"To_Account":"nobody","MsgRandom":1,"MsgBody":[]}"#, 90010),
                 ("profile/portrait_set", #"{"From_Account":"x","ProfileItem":[{"Tag":"Tag_Profile_IM_Gender","Value":1}]}"#, 40009),
                 ("im_open_login_svc/kick", #"{"UserID":"nobody"}"#, 70107),
+                ("openim/admin_msgwithdraw", #"{"From_Account":"a","To_Account":"b","MsgKey":"31906_833502"}"#, 90054),
+                ("openim/admin_msgwithdraw", #"{"From_Account":"a","To_Account":"b","MsgKey":"123"}"#, 20022),
+                ("openim/admin_msgwithdraw", #"{"To_Account":"b","MsgKey":"123"}"#, 90001),
+                ("group_open_http_svc/group_msg_recall", #"{"GroupId":"none","MsgSeqList":[{"MsgSeq":1}]}"#, 10010),
+                ("group_open_http_svc/group_msg_recall", #"{"GroupId":"none","MsgSeqList":[]}"#, 10004),
             ]
             for (command, body, code) in cases {
                 let answer = try await door(beacon, command, body: body)

@@ -238,6 +238,7 @@ def run(binary: str) -> int:
         count = len(simulator.deliveries())
         answer = tim.group_open_http_svc.send_group_msg(group_id, [{"MsgType": "TIMTextElem", "MsgContent": {"Text": "group hello"}}])
         report.check(answer.get("ActionStatus") == "OK" and isinstance(answer.get("MsgSeq"), int), "send_group_msg answers MsgSeq", answer)
+        group_seq = answer.get("MsgSeq")
         found = simulator.wait_for(count + 1)
         report.check(len(found) == count + 1 and "group hello" in payload(found[-1]).get("aps", {}).get("alert", {}).get("body", ""),
                      "the group message is pushed to bob", found[count:])
@@ -247,6 +248,38 @@ def run(binary: str) -> int:
         found = simulator.wait_for(count + 2)
         report.check(len(found) == count + 2 and "group again" in payload(found[-1]).get("aps", {}).get("alert", {}).get("body", ""),
                      "a second group message with the same Random is delivered too", [payload(d) for d in found[count:]])
+
+        # Recall: the message leaves bob's inbox and offline count, and the phone that showed it gets the background push
+        # that removes it (which Tencent does not send).
+        def offline_count() -> int:
+            _, answer = http("GET", f"{easemob}/users/bob/offline_msg_count", headers=app_headers)
+            return int(answer.get("data", {}).get("bob", "-1"))
+
+        def withdrawal_of(message_key: str, since: int) -> dict | None:
+            for delivery in simulator.wait_for(since + 1)[since:]:
+                recalled = payload(delivery).get("beacon", {}).get("recalled")
+                if recalled == [message_key]:
+                    return delivery
+            return None
+
+        unread = offline_count()
+        count = len(simulator.deliveries())
+        answer = tim.open_im.admin_msg_withdraw("bob", "carol", first_key)
+        report.check(answer.get("ActionStatus") == "OK" and answer.get("ErrorCode") == 0, "admin_msgwithdraw", answer)
+        report.check(offline_count() == unread - 1, "the withdrawn message leaves bob's offline count", (unread, offline_count()))
+        delivery = withdrawal_of(first_key, count)
+        report.check(delivery is not None and delivery.get("push_type") == "background" and "alert" not in payload(delivery).get("aps", {}),
+                     "bob's phone gets the background push that removes the notification", simulator.deliveries()[count:])
+        answer = tim.open_im.admin_msg_withdraw("bob", "carol", first_key)
+        report.check(answer.get("ErrorCode") == 20022, "a message withdrawn already is 20022", answer)
+        count = len(simulator.deliveries())
+        answer = tim.group_open_http_svc.group_msg_recall(group_id, [{"MsgSeq": group_seq}, {"MsgSeq": 1}])
+        report.check(answer.get("RecallRetList") == [{"MsgSeq": group_seq, "RetCode": 0}, {"MsgSeq": 1, "RetCode": 10030}],
+                     "group_msg_recall answers each MsgSeq", answer)
+        delivery = withdrawal_of(str(group_seq), count)
+        report.check(delivery is not None and delivery.get("push_type") == "background",
+                     "the recalled group message's notification is withdrawn too", simulator.deliveries()[count:])
+
         answer = tim.group_open_http_svc.get_joined_group_list("bob")
         report.check(answer.get("GroupIdList") == [{"GroupId": group_id}], "get_joined_group_list", answer)
         report.check(tim.group_open_http_svc.destroy_group(group_id).get("ErrorCode") == 0, "destroy_group")
