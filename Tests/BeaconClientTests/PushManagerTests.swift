@@ -82,4 +82,14 @@ import Testing
         // A message notification is no withdrawal.
         #expect(try PushPayload(json: Data(#"{"aps":{"alert":"x","badge":1},"m":"1"}"#.utf8)).withdrawal == nil)
     }
+
+    @Test func aRecallsWithdrawalRemovesThatMessageWhateverItsConversation() throws {
+        let json = #"{"aps":{"content-available":1},"beacon":{"recalled":["100","x"],"badge":2}}"#
+        let withdrawal = try #require(try PushPayload(json: Data(json.utf8)).withdrawal)
+        #expect(withdrawal.badge == 2 && withdrawal.reads.isEmpty && withdrawal.recalled == [100])
+        func notification(_ json: String) throws -> PushPayload { try PushPayload(json: Data(json.utf8)) }
+        #expect(withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"alice","m":"100"}"#)))
+        #expect(withdrawal.covers(try notification(#"{"aps":{},"f":"bob","g":"g1","m":"100"}"#)))
+        #expect(!withdrawal.covers(try notification(#"{"aps":{"thread-id":"alice"},"f":"alice","m":"99"}"#)))
+    }
 }

@@ -170,6 +170,9 @@ import Testing
             .closing(reason: "kicked"),
             .read(ReadState(chatType: .chat, conversation: "b", upTo: "7", seq: 4, version: 2, badge: 3)),
             .read(ReadState(chatType: .groupchat, conversation: "g", upTo: "8", seq: 5, version: 3)),
+            .recall(
+                seq: 6, noticeID: 9,
+                notice: RecallNotice(messageID: 7, from: "a", to: "g", chatType: .groupchat, recalledBy: "admin", timestamp: 8)),
         ]
         for frame in frames {
             // As the server writes it (JSONWriter) and through Codable: both read back as the same frame.
@@ -183,6 +186,33 @@ import Testing
             ServerFrame.message(seq: 4, message: message).json
                 == #"{"message":{"body":{"msg":"x"},"chat_type":"chat","ext":{},"from":"a","msg_id":"7","timestamp":5,"to":"b","type":"txt"},"op":"msg","seq":4}"#
         )
+    }
+
+    @Test func aRecallNoticeIsAReservedCommandThatNoSenderMayForge() throws {
+        let recalled = Message(id: 7, from: "a", to: "b", chatType: .chat, type: .txt, body: ["msg": "x"], timestamp: 5)
+        let notice = RecallNotice(recalling: recalled, by: "admin", at: 9)
+        let stored = notice.message(id: 10)
+        #expect(stored.type == .cmd && stored.id == 10 && stored.timestamp == 9 && !stored.countsAsUnread)
+        #expect(stored.recall == notice)
+        #expect(stored.conversation(for: "b") == recalled.conversation(for: "b"))
+        #expect(recalled.recall == nil)
+        #expect(
+            Message(id: 1, from: "a", to: "b", chatType: .chat, type: .cmd, body: ["action": "beacon_recall"], timestamp: 1).recall == nil)
+        #expect(throws: BeaconError.self) {
+            try Validation.validateContent(type: .cmd, body: ["action": "beacon_recall", "msg_id": "7"], ext: [:])
+        }
+        try Validation.validateContent(type: .cmd, body: ["action": "recall"], ext: [:])
+        // In JSON, the ids are decimal strings; one that is not is the frame's error, not a trap.
+        #expect(
+            ServerFrame.recall(seq: 6, noticeID: 10, notice: notice).json
+                == #"{"by":"admin","chat_type":"chat","from":"a","msg_id":"7","notice_id":"10","op":"recall","seq":6,"timestamp":9,"to":"b"}"#
+        )
+        #expect(throws: BeaconError.self) {
+            try ServerFrame(
+                json:
+                    #"{"by":"x","chat_type":"chat","from":"a","msg_id":"-7","notice_id":"10","op":"recall","seq":6,"timestamp":9,"to":"b"}"#
+            )
+        }
     }
 
     @Test func sendFrameUsesDocumentedFieldNames() throws {

@@ -24,4 +24,12 @@ import Testing
         #expect(reads.last?["conversation"]?.stringValue?.hasSuffix("39") == true)
         #expect(parsed["beacon"]?["badge"]?.intValue == JSONWriter.maxBadge)
     }
+
+    @Test func aRecallsWithdrawalTakesTheBadgeLastInBeacon() throws {
+        let (json, offset) = WithdrawalPayload.recall(of: UInt64.max)
+        let withBadge = JSONWriter.insertBadge(3, into: json, atUTF8Offset: offset)
+        #expect(withBadge == #"{"aps":{"content-available":1},"beacon":{"recalled":["18446744073709551615"],"badge":3}}"#)
+        let parsed = try JSONDecoder().decode(JSONValue.self, from: Data(withBadge.utf8))
+        #expect(parsed["beacon"]?["badge"]?.intValue == 3)
+    }
 }

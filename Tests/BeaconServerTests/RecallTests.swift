@@ -57,7 +57,9 @@ private let phone = String(repeating: "ef", count: 32)
                         "beacon": .object(["recalled": .array([.string(two)]), "badge": .number(1)]),
                     ]))
             let parsed = try #require(try PushPayload(json: JSONEncoder().encode(withdrawal.payload)).withdrawal)
-            let alerts = try simulator.deliveries(deviceToken: phone).prefix(2).map { try PushPayload(json: JSONEncoder().encode($0.payload)) }
+            let alerts = try simulator.deliveries(deviceToken: phone).prefix(2).map {
+                try PushPayload(json: JSONEncoder().encode($0.payload))
+            }
             #expect(alerts.map(parsed.covers) == [false, true])
             let records = try await beacon.deliveries(of: "bob")
             #expect(records.first?["push_type"] == "background")
@@ -80,7 +82,8 @@ private let phone = String(repeating: "ef", count: 32)
 
             // Again: not found. Nor is a message under another conversation, or an id that is no message.
             #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(two)).json["error"] == "message_not_found")
-            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, to: "carol")).json["error"] == "message_not_found")
+            #expect(
+                try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, to: "carol")).json["error"] == "message_not_found")
             #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall("12x")).json["error"] == "illegal_argument")
             #expect(
                 try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, chatType: "chatroom")).json["error"]
@@ -96,7 +99,8 @@ private let phone = String(repeating: "ef", count: 32)
             let late = try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: nil), token: alice)
             #expect(late.status == 403)
             #expect(late.json["error"] == "forbidden_op")
-            #expect(try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": 600]).json["data"]?["recall_limit_seconds"] == 600)
+            #expect(
+                try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": 600]).json["data"]?["recall_limit_seconds"] == 600)
             #expect(try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": -1]).json["error"] == "illegal_argument")
             let inTime = try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: nil), token: alice)
             #expect(inTime.status == 200)

@@ -94,7 +94,9 @@ import Testing
             // The worker that held d4 can no longer record it as sent.
             #expect(
                 try await store.recordPushAttempts(
-                    inFlight.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) },
+                    inFlight.map {
+                        PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil)
+                    },
                     now: now + 20) == 0)
             #expect(try await store.bindingHolds(for: inFlight[0]) == false)
             // Only the withdrawals are due now.

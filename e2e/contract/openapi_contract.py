@@ -873,6 +873,21 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     c.call("sendMessagesLegacy", token=app_token, body={"target_type": "users", "target": ["dave"], "msg": {"type": "txt", "msg": "legacy hello"}, "from": "carol", "offline_push_info": {"title": "t", "apns_info": {"sub_title": "s"}}})
     c.call("sendMessagesLegacy", token=app_token, body={"target_type": "rooms", "target": ["dave"], "msg": {"type": "txt", "msg": "x"}}, expect=400, error="illegal_argument", label="(unknown target_type)")
 
+    # Recall: a message of carol's to dave, by carol (user token, within the limit) and by the app.
+    answer = c.call("sendUserMessages", token=app_token, body={"from": "carol", "to": ["dave"], "type": "txt", "body": {"msg": "oops"}}, label="(to recall)")
+    oops = (data_of(answer) or {}).get("dave") if isinstance(data_of(answer), dict) else None
+    answer = c.call("sendUserMessages", token=app_token, body={"from": "carol", "to": ["dave"], "type": "txt", "body": {"msg": "oops again"}}, label="(to recall by the app)")
+    oops_again = (data_of(answer) or {}).get("dave") if isinstance(data_of(answer), dict) else None
+    if oops and oops_again:
+        c.call("recallMessage", token=tokens["erin"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, expect=403, error="forbidden_op", label="(not the sender)")
+        answer = c.call("recallMessage", token=tokens["carol"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, label="(the sender)")
+        report.check(data_of(answer) == {"recalled": "yes", "chattype": "chat", "from": "carol", "to": "dave", "msg_id": oops}, "msg_recall answers as Easemob", repr(data_of(answer)))
+        c.call("recallMessage", token=tokens["carol"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, expect=404, error="message_not_found", label="(recalled already)")
+        c.call("recallMessage", token=app_token, body={"msg_id": oops_again, "to": "dave", "chat_type": "chat", "sync_device": True}, label="(the app)")
+    c.call("recallMessage", token=app_token, body={"msg_id": "x", "to": "dave", "chat_type": "chat"}, expect=400, error="illegal_argument", label="(not decimal)")
+    c.call("recallMessage", token=app_token, body={"msg_id": "1", "to": "dave", "chat_type": "chatroom"}, expect=400, error="illegal_argument", label="(chatroom)")
+    c.call("recallMessage", token=app_token, body={"msg_id": "1", "to": "dave"}, expect=400, error="json_parse", label="(no chat_type)")
+
     answer = c.call("getOfflineMessageCount", {"username": "dave"}, token=tokens["dave"])
     if isinstance(data_of(answer), dict):
         report.check(int(data_of(answer).get("dave", "0")) >= 3, "dave has at least 3 undelivered messages", repr(data_of(answer)))
@@ -894,10 +909,11 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     answer = c.call("queryNotificationSettings", {"username": "dave"}, token=tokens["dave"], body={"conversations": [{"chattype": "chatgroup", "key": group}, {"chattype": "user", "key": "carol"}]})
     if isinstance(data_of(answer), list):
         report.check([(d.get("chattype"), d.get("key"), d.get("type")) for d in data_of(answer)] == [("chatgroup", group, "NONE")], "notification/query leaves out inheriting conversations", repr(data_of(answer)))
-    c.call("putPushPolicy", token=app_token, body={"multi_device": "any_offline", "timezone": "UTC", "display_strings": {"image": "[Picture]"}, "badge_counts_muted": False})
+    c.call("putPushPolicy", token=app_token, body={"multi_device": "any_offline", "timezone": "UTC", "display_strings": {"image": "[Picture]"}, "badge_counts_muted": False, "recall_limit_seconds": 300})
+    c.call("putPushPolicy", token=app_token, body={"recall_limit_seconds": 604801}, expect=400, error="illegal_argument", label="(recall limit over 7 days)")
     answer = c.call("getPushPolicy", token=app_token)
     if isinstance(data_of(answer), dict):
-        report.check(data_of(answer).get("display_strings", {}).get("image") == "[Picture]", "push policy kept", repr(data_of(answer)))
+        report.check(data_of(answer).get("display_strings", {}).get("image") == "[Picture]" and data_of(answer).get("recall_limit_seconds") == 300, "push policy kept", repr(data_of(answer)))
     c.call("putPushPolicy", token=app_token, body={"multi_device": "sometimes"}, expect=400, error="illegal_argument", label="(unknown multi_device)")
 
     # --- templates, language, nicknames ------------------------------------------------------------------------------
