@@ -25,11 +25,8 @@ struct MessageRoutes: AppRouteCollection {
     @Sendable func recall(_ request: Request, _ context: BeaconRequestContext) async throws -> Response {
         let app = try context.app
         let body = try await api.body(RecallRequest.self, from: request)
-        let chatType: ChatType
-        switch body.chatType {
-        case "chat": chatType = .chat
-        case "groupchat": chatType = .groupchat
-        default: throw BeaconError.illegal("chat_type can only be 'chat' or 'groupchat'")
+        guard let chatType = ChatType(rawValue: body.chatType) else {
+            throw BeaconError.illegal("chat_type can only be 'chat' or 'groupchat'")
         }
         let recaller: RecallService.Recaller
         let from: String
