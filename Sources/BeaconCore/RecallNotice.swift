@@ -1,8 +1,8 @@
 /// What a recall leaves in the inbox of everyone who held the message: a notice, in its place, that it was recalled.
 ///
-/// It is stored as a `cmd` message with the reserved action `beacon_recall` (which no sender may use), so that it keeps
-/// its place in each inbox's order; devices get it as a `recall` frame (docs/protocol.md) and the SDK hands it out in
-/// `messages` with `Message.recall` set. It names the recalled message's conversation as that message did (`from`,
+/// It is stored as a `cmd` message with the reserved action `beacon_recall` (which no sender may use), at the end of each
+/// inbox like any message, so that devices get it in order with their messages: as a `recall` frame (docs/protocol.md),
+/// which the SDK hands out in `messages` with `Message.recall` set. It names the recalled message's conversation as that message did (`from`,
 /// `to`, `chatType`), so it lands in the same conversation on both sides.
 public struct RecallNotice: Sendable, Hashable {
     /// The recalled message.

@@ -222,12 +222,13 @@ extension PostgresStore {
                 ).collect().count
                 guard newer == 0 else { continue }
                 // Older withdrawals still waiting (or whose worker's lease lapsed) are replaced by this one: a lapsed worker
-                // can no longer record its answer, and an older read state is never sent after a newer one.
+                // can no longer record its answer, and an older read state is never sent after a newer one. A recall's
+                // withdrawal (no read version, 0) is not: this one does not name what it removes.
                 try await connection.query(
                     """
                     UPDATE push_jobs SET status = 'skipped', last_reason = \(unescaped: StoredJobReason.superseded.sqlLiteral), updated_at = \(now), claimed_until = 0
                     WHERE app_id = \(app) AND username = \(job.username) AND device_id = \(job.deviceID) AND notifier = \(job.notifier)
-                        AND push_type = 'background' AND status = 'pending' AND claimed_until <= \(now)
+                        AND push_type = 'background' AND read_version > 0 AND status = 'pending' AND claimed_until <= \(now)
                     """, logger: logger)
                 let last = try await connection.query(
                     """

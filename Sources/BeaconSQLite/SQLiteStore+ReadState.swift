@@ -205,12 +205,13 @@ extension SQLiteStore {
                         AND push_type = 'background' AND status IN ('pending', 'sent') AND read_version >= ?)
                     """)
             // Older withdrawals still waiting (or whose worker's lease lapsed) are replaced by this one: a lapsed worker can
-            // no longer record its answer, and an older read state is never sent after a newer one.
+            // no longer record its answer, and an older read state is never sent after a newer one. A recall's withdrawal
+            // (no read version, 0) is not: this one does not name what it removes.
             let supersede = try db.cachedStatement(
                 sql: """
                     UPDATE push_jobs SET status = 'skipped', last_reason = \(StoredJobReason.superseded.sqlLiteral), updated_at = ?, claimed_until = 0
                     WHERE app_id = ? AND username = ? AND device_id = ? AND notifier = ? AND push_type = 'background'
-                        AND status = 'pending' AND claimed_until <= ?
+                        AND read_version > 0 AND status = 'pending' AND claimed_until <= ?
                     """)
             let previous = try db.cachedStatement(
                 sql: """

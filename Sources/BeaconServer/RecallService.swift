@@ -37,14 +37,15 @@ struct RecallService: Sendable {
     }
 
     /// Recalls the message; throws `message_not_found` when it is not stored (never, or recalled already) or is not
-    /// the one the request describes, and `forbidden_op` when the recaller may not recall it.
+    /// the one the request describes (or, to a user, not theirs: a user is not told which messages exist), and
+    /// `forbidden_op` when the recaller may not recall it.
     @discardableResult
     func recall(_ request: Request, by recaller: Recaller, app: AppRecord) async throws -> RecallResult {
+        let notFound = BeaconError(.messageNotFound, "no message \(request.messageID) to \(request.to.prefix(128)) is stored")
         guard let message = try await store.message(request.messageID, app: app.id), message.to == request.to,
             message.chatType == request.chatType, message.recall == nil
-        else {
-            throw BeaconError(.messageNotFound, "no message \(request.messageID) to \(request.to.prefix(128)) is stored")
-        }
+        else { throw notFound }
+        if case .user(let name) = recaller, name != message.from { throw notFound }
         if let from = request.from, from != message.from {
             throw BeaconError(.forbidden, "message \(message.id) was not sent by \(from.prefix(64))")
         }
@@ -54,10 +55,12 @@ struct RecallService: Sendable {
         case .app(let name):
             recalledBy = name
         case .appAsSender, .user:
-            if case .user(let name) = recaller, name != message.from {
-                throw BeaconError(.forbidden, "a user may only recall their own messages")
+            // A user created again under the name is another user: the messages of the name's earlier holder are not theirs.
+            if let sender = try await store.user(message.from, app: app.id), message.timestamp < sender.createdAt {
+                throw BeaconError(.forbidden, "message \(message.id) was sent by an earlier user of the name \(message.from.prefix(64))")
             }
-            let limit = try await store.pushPolicy(app: app.id).recallLimitSeconds
+            // Clamped: a stored value out of range (a damaged row) can neither overflow nor lift the limit past 7 days.
+            let limit = min(max(try await store.pushPolicy(app: app.id).recallLimitSeconds, 0), PushPolicyRecord.maxRecallLimitSeconds)
             // Compared so that no stored timestamp, however damaged, can overflow.
             guard message.timestamp >= now - limit * 1000 else {
                 throw BeaconError(.forbidden, "message \(message.id) is older than the app's recall limit (\(limit) s)")

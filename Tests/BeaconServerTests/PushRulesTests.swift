@@ -84,6 +84,7 @@ extension TestClock {
             #expect(
                 policy.json["data"] == [
                     "multi_device": "any_offline", "timezone": "Europe/Berlin", "display_strings": [:], "badge_counts_muted": false,
+                    "recall_limit_seconds": 120,
                 ])
             #expect(try await beacon.rest("PUT", "/push/policy", ["display_strings": ["sticker": "x"]]).json["error"] == "illegal_argument")
             let strings = try await beacon.rest("PUT", "/push/policy", ["display_strings": ["new_message": "Neue Nachricht"]])

@@ -17,9 +17,12 @@ private let phone = String(repeating: "ef", count: 32)
         return try #require(sent.json["data"]?[to]?.stringValue)
     }
 
-    private static func recall(_ id: String, to: String = "bob", chatType: String = "chat", from: String? = "alice") -> JSONValue {
+    private static func recall(
+        _ id: String, to: String = "bob", chatType: String = "chat", from: String? = "alice", force: Bool? = nil
+    ) -> JSONValue {
         var body: [String: JSONValue] = ["msg_id": .string(id), "to": .string(to), "chat_type": .string(chatType)]
         if let from { body["from"] = .string(from) }
+        if let force { body["force"] = .bool(force) }
         return .object(body)
     }
 
@@ -89,16 +92,27 @@ private let phone = String(repeating: "ef", count: 32)
                 try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, chatType: "chatroom")).json["error"]
                     == "illegal_argument")
             #expect(try await beacon.rest("POST", "/messages/msg_recall", ["msg_id": .string(one)]).json["error"] == "json_parse")
-            // Only the sender: not carol, not someone the app names as the sender who is not.
+            // Only the sender: carol is not told the message exists; the app naming another sender, or carol naming alice,
+            // is refused.
             let carol = try await beacon.userToken("carol")
-            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: nil), token: carol).status == 403)
+            #expect(
+                try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: nil), token: carol).json["error"]
+                    == "message_not_found")
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: "alice"), token: carol).status == 403)
             #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: "carol")).status == 403)
-            // Past the app's limit (two minutes), the sender cannot; the app can (no `from`, or `force`).
+            // Past the app's limit (two minutes), the sender cannot, nor the app on the sender's behalf; the app itself can
+            // (no `from`, or `force`).
             clock.advance(seconds: 121)
             let alice = try await beacon.userToken("alice")
             let late = try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one, from: nil), token: alice)
             #expect(late.status == 403)
             #expect(late.json["error"] == "forbidden_op")
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(one)).json["error"] == "forbidden_op")
+            let three = try await Self.sendText(beacon, from: "alice", to: "bob", "three")
+            let four = try await Self.sendText(beacon, from: "alice", to: "bob", "four")
+            clock.advance(seconds: 121)
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(three, force: true)).json["data"]?["from"] == "alice")
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(four, from: nil)).json["data"]?["from"] == "admin")
             #expect(
                 try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": 600]).json["data"]?["recall_limit_seconds"] == 600)
             #expect(try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": -1]).json["error"] == "illegal_argument")

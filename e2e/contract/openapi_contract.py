@@ -878,8 +878,10 @@ def scenario(c: Client, server: Server, credentials: dict, receiver: Receiver) -
     oops = (data_of(answer) or {}).get("dave") if isinstance(data_of(answer), dict) else None
     answer = c.call("sendUserMessages", token=app_token, body={"from": "carol", "to": ["dave"], "type": "txt", "body": {"msg": "oops again"}}, label="(to recall by the app)")
     oops_again = (data_of(answer) or {}).get("dave") if isinstance(data_of(answer), dict) else None
+    report.check(bool(oops and oops_again), "the messages to recall are sent", f"{oops!r} {oops_again!r}")
     if oops and oops_again:
-        c.call("recallMessage", token=tokens["erin"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, expect=403, error="forbidden_op", label="(not the sender)")
+        c.call("recallMessage", token=tokens["erin"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, expect=404, error="message_not_found", label="(not the sender)")
+        c.call("recallMessage", token=tokens["erin"], body={"msg_id": oops, "to": "dave", "chat_type": "chat", "from": "carol"}, expect=403, error="forbidden_op", label="(as someone else)")
         answer = c.call("recallMessage", token=tokens["carol"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, label="(the sender)")
         report.check(data_of(answer) == {"recalled": "yes", "chattype": "chat", "from": "carol", "to": "dave", "msg_id": oops}, "msg_recall answers as Easemob", repr(data_of(answer)))
         c.call("recallMessage", token=tokens["carol"], body={"msg_id": oops, "to": "dave", "chat_type": "chat"}, expect=404, error="message_not_found", label="(recalled already)")
