@@ -45,6 +45,12 @@ extension PostgresStore {
                     ).collect().count
                     guard removed == 1 else { throw AlreadyDecided() }
                 case .onlineSkips(let username, let devices):
+                    // The message's row, shared: a recall of it (which takes it first, exclusively) runs wholly before or
+                    // after this decision, never past the alerts it inserts.
+                    let stored = try await connection.query(
+                        "SELECT 1 FROM messages WHERE app_id = \(app) AND id = \(messageID) FOR SHARE", logger: logger
+                    ).collect().count
+                    guard stored == 1 else { throw AlreadyDecided() }
                     for device in devices {
                         let removed = try await connection.query(
                             """

@@ -10,10 +10,11 @@ extension PostgresStore {
             .first.map(Self.message(from:))
     }
 
-    /// Locks are taken in this order, which no other transaction reverses: the message; its holders' user rows (username
-    /// order, as sends take them; a deletion of one of them waits, or has gone); its pending route (a decision being
-    /// recorded finishes first, or finds it gone); its pushes (a claim or an attempt being recorded finishes first, or
-    /// finds the push ended). What the later statements read is then all there is.
+    /// Locks are taken in this order, which no other transaction reverses: the message (a decision on its `online`
+    /// skips shares it); the user rows of its holders and of those it was pushed to (username order, as sends take them;
+    /// a deletion of one of them waits, or has gone); its pending route (a decision being recorded finishes first, or
+    /// finds it gone); its pushes (a claim or an attempt being recorded finishes first, or finds the push ended). What the
+    /// later statements read is then all there is.
     public func recall(_ recall: MessageRecall, app: Int64) async throws -> RecallResult? {
         guard let id = recall.messageID.storedID else { return nil }
         let encoded = try StoredForm.encode([NewMessage(message: recall.notice, deliveries: [])])
@@ -24,12 +25,17 @@ extension PostgresStore {
                 "SELECT 1 FROM messages WHERE app_id = \(app) AND id = \(id) FOR UPDATE", logger: logger
             ).collect().count
             guard found > 0 else { return nil }
-            let holders = try await connection.query(
+            // Its holders and those it was pushed to (an inbox entry may have gone with retention).
+            try await connection.query(
                 """
-                SELECT u.username FROM users u WHERE u.app_id = \(app)
-                    AND u.username IN (SELECT username FROM inbox WHERE app_id = \(app) AND message_id = \(id))
+                SELECT 1 FROM users u WHERE u.app_id = \(app) AND u.username IN (
+                    SELECT username FROM inbox WHERE app_id = \(app) AND message_id = \(id)
+                    UNION SELECT username FROM push_jobs WHERE app_id = \(app) AND message_id = \(id) AND push_type != 'background')
                 ORDER BY u.username FOR NO KEY UPDATE
                 """, logger: logger
+            ).collect()
+            let holders = try await connection.query(
+                "SELECT DISTINCT username FROM inbox WHERE app_id = \(app) AND message_id = \(id) ORDER BY username", logger: logger
             ).collect().map { try $0.decode(String.self) }
             try await connection.query("DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(id)", logger: logger)
             try await connection.query(
@@ -55,7 +61,7 @@ extension PostgresStore {
             // A badge the client reported that counted the message, unread, no longer does (as a read would take it out).
             try await connection.query(
                 """
-                UPDATE users u SET badge = GREATEST(u.badge - 1, 0) FROM inbox i
+                UPDATE users u SET badge = GREATEST(u.badge, 1) - 1 FROM inbox i
                 WHERE u.app_id = \(app) AND i.app_id = u.app_id AND i.username = u.username AND i.message_id = \(id) AND i.counts
                     AND i.seq <= u.badge_seq AND i.seq > COALESCE((SELECT r.read_seq FROM conversation_reads r
                         WHERE r.app_id = i.app_id AND r.username = i.username AND r.conversation = i.conversation), 0)

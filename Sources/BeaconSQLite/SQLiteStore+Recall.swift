@@ -47,7 +47,7 @@ extension SQLiteStore {
             // A badge the client reported that counted the message, unread, no longer does (as a read would take it out).
             try db.execute(
                 sql: """
-                    UPDATE users SET badge = MAX(badge - 1, 0) WHERE app_id = ? AND username IN (
+                    UPDATE users SET badge = MAX(badge, 1) - 1 WHERE app_id = ? AND username IN (
                         SELECT i.username FROM inbox i JOIN users u ON u.app_id = i.app_id AND u.username = i.username
                         WHERE i.app_id = ? AND i.message_id = ? AND i.counts = 1 AND i.seq <= u.badge_seq
                             AND i.seq > COALESCE((SELECT r.read_seq FROM conversation_reads r WHERE r.app_id = i.app_id

@@ -55,14 +55,16 @@ struct RecallService: Sendable {
         case .app(let name):
             recalledBy = name
         case .appAsSender, .user:
-            // A user created again under the name is another user: the messages of the name's earlier holder are not theirs.
+            // A user created again under the name is another user: the messages of the name's earlier holder are not theirs
+            // (nor, to a user token, known).
             if let sender = try await store.user(message.from, app: app.id), message.timestamp < sender.createdAt {
+                if case .user = recaller { throw notFound }
                 throw BeaconError(.forbidden, "message \(message.id) was sent by an earlier user of the name \(message.from.prefix(64))")
             }
             // Clamped: a stored value out of range (a damaged row) can neither overflow nor lift the limit past 7 days.
             let limit = min(max(try await store.pushPolicy(app: app.id).recallLimitSeconds, 0), PushPolicyRecord.maxRecallLimitSeconds)
             // Compared so that no stored timestamp, however damaged, can overflow.
-            guard message.timestamp >= now - limit * 1000 else {
+            guard limit > 0, message.timestamp >= now - limit * 1000 else {
                 throw BeaconError(.forbidden, "message \(message.id) is older than the app's recall limit (\(limit) s)")
             }
             recalledBy = message.from

@@ -122,6 +122,20 @@ private let phone = String(repeating: "ef", count: 32)
             #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0")
             try await laptop.close()
 
+            // A limit of 0: users cannot recall, even at once.
+            #expect(try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": 0]).status == 200)
+            let five = try await Self.sendText(beacon, from: "alice", to: "bob", "five")
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(five, from: nil), token: alice).status == 403)
+            // A user created again under alice's name is another user: not told the earlier alice's message exists.
+            _ = try await beacon.rest("PUT", "/push/policy", ["recall_limit_seconds": 600])
+            #expect(try await beacon.rest("DELETE", "/users/alice").status == 200)
+            clock.advance(seconds: 1)
+            try await beacon.createUsers("alice")
+            let newAlice = try await beacon.userToken("alice")
+            let earlier = try await beacon.rest("POST", "/messages/msg_recall", Self.recall(five, from: nil), token: newAlice)
+            #expect(earlier.json["error"] == "message_not_found")
+            #expect(try await beacon.rest("POST", "/messages/msg_recall", Self.recall(five)).json["error"] == "forbidden_op")
+
             // Nobody may send what looks like a notice.
             let forged = try await beacon.rest(
                 "POST", "/messages/users",
