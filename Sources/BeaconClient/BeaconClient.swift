@@ -29,7 +29,7 @@ public actor BeaconClient {
     private let readSink: AsyncStream<ReadState>.Continuation
     /// The newest read-state version received: a connection asks for the markers changed after it.
     private var readsVersion: Int64 = 0
-    private let logger: Logger
+    let logger: Logger
     private var token: String?
     public private(set) var username: String?
     private var connection: Task<Void, Never>?
@@ -91,12 +91,14 @@ public actor BeaconClient {
         guard options.webSocketURL(readsSince: 0) != nil else { throw BeaconClientError.invalidServerURL }
         self.token = token
         self.username = username
+        let user: JSONValue
         do {
-            let _: JSONValue = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
+            user = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
         } catch {
             self.token = nil
             throw error
         }
+        await announceInstallation(of: username, uuid: user["entities"]?[0]?["uuid"]?.stringValue ?? username)
         startConnection()
         // The wait for `welcome` is a continuation the connection loop resumes; the deadline fails it from outside.
         let deadline = Task { [weak self, timeout = options.loginTimeout] in
@@ -110,17 +112,6 @@ public actor BeaconClient {
             await logout()
             throw error
         }
-    }
-
-    /// Binds this device's APNs token (from `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`)
-    /// to the logged-in user through the push configuration named `options.apnsCertName`.
-    public func registerForRemoteNotifications(deviceToken: Data) async throws {
-        guard let username else { throw BeaconClientError.notLoggedIn }
-        guard let notifier = options.apnsCertName else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
-        let hex = deviceToken.lowercaseHex
-        let _: JSONValue = try await request(
-            "PUT", "users/\(username)/push/binding",
-            body: PushBindingRequest(deviceID: options.deviceID, deviceToken: hex, notifierName: notifier))
     }
 
     /// Logs out; with `unbindDeviceToken`, this device stops receiving pushes for the user (otherwise, as with

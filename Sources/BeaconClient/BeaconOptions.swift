@@ -14,8 +14,10 @@ public struct BeaconOptions: Sendable {
     public var serverURL: URL
     /// The push configuration ("certificate") name this app build uses, for device-token binding.
     public var apnsCertName: String?
-    /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it.
+    /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it. Sent at login when it changed.
     public var timeZone: String
+    /// Where the installation's device id, push tokens and last sent time zone are kept (`UserDefaults` by default).
+    public var storage: any InstallationStorage
     /// A stable id for this installation. Messages are tracked per device: a new id downloads the stored history again.
     /// By default, one made on first use and kept in `UserDefaults` (per app key) so it survives relaunches.
     public var deviceID: String
@@ -27,14 +29,15 @@ public struct BeaconOptions: Sendable {
 
     public init(
         appKey: String, serverURL: URL, apnsCertName: String? = nil, timeZone: String = TimeZone.current.identifier,
-        deviceID: String? = nil, loginTimeout: Duration = .seconds(15), reconnectDelay: Duration = .milliseconds(100),
-        maxReconnectDelay: Duration = .seconds(10)
+        deviceID: String? = nil, storage: any InstallationStorage = UserDefaultsStorage(), loginTimeout: Duration = .seconds(15),
+        reconnectDelay: Duration = .milliseconds(100), maxReconnectDelay: Duration = .seconds(10)
     ) {
         self.appKey = appKey
         self.serverURL = serverURL
         self.apnsCertName = apnsCertName
         self.timeZone = timeZone
-        self.deviceID = deviceID ?? Self.installationID(appKey: appKey)
+        self.storage = storage
+        self.deviceID = deviceID ?? Self.installationID(appKey: appKey, storage: storage)
         self.loginTimeout = loginTimeout
         self.reconnectDelay = reconnectDelay
         self.maxReconnectDelay = maxReconnectDelay
@@ -55,12 +58,12 @@ public struct BeaconOptions: Sendable {
         return url.string
     }
 
-    /// This installation's device id for `appKey`: made once, then read back from `defaults`.
-    public static func installationID(appKey: String, defaults: UserDefaults = .standard) -> String {
-        let key = "beacon.deviceID.\(appKey)"
-        if let stored = defaults.string(forKey: key), !stored.isEmpty { return stored }
+    /// This installation's device id for `appKey`: made once, then read back from `storage`.
+    public static func installationID(appKey: String, storage: any InstallationStorage = UserDefaultsStorage()) -> String {
+        let key = InstallationKeys(appKey: appKey).deviceID
+        if let stored = storage.string(forKey: key), !stored.isEmpty { return stored }
         let made = UUID().uuidString.lowercased()
-        defaults.set(made, forKey: key)
+        storage.set(made, forKey: key)
         return made
     }
 }

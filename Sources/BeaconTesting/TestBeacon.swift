@@ -254,7 +254,7 @@ public struct TestBeacon: Sendable {
     }
 
     private func makeClient(device: String) -> BeaconClient {
-        BeaconClient(options: BeaconOptions(appKey: appKey, serverURL: baseURL, deviceID: device))
+        BeaconClient(options: BeaconOptions(appKey: appKey, serverURL: baseURL, deviceID: device, storage: MemoryStorage()))
     }
 
     /// Uploads a token-auth (`.p8`) push configuration named `name`.

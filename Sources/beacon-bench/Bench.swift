@@ -147,7 +147,9 @@ struct Idle: AsyncParsableCommand {
                     while started < count && running < 200 {
                         let id = clients.count + started
                         group.addTask {
-                            let client = BeaconClient(options: BeaconOptions(appKey: "acme#chat", serverURL: baseURL, deviceID: "d\(id)"))
+                            let client = BeaconClient(
+                                options: BeaconOptions(
+                                    appKey: "acme#chat", serverURL: baseURL, deviceID: "d\(id)", storage: MemoryStorage()))
                             try await client.login(token: userToken, username: "idle")
                             return client
                         }

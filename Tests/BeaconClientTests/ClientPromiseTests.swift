@@ -15,7 +15,8 @@ import Testing
                 #expect(status == 200)
             }
             // The app takes m1, finishes with it (asks for the next), takes m2 and is killed while handling it.
-            let first = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            let first = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone", storage: MemoryStorage()))
             try await first.login(username: "bob", password: "pw")
             var iterator = first.messages.makeAsyncIterator()
             #expect(await iterator.next()?.content == .text("m1"))
@@ -33,7 +34,8 @@ import Testing
     @Test func loggingInWithABadTokenThrows() async throws {
         try await TestBeacon.run { beacon in
             try await beacon.createUsers("bob")
-            let client = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            let client = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone", storage: MemoryStorage()))
             // Before: login(token:) waited forever while the connection was refused again and again.
             do {
                 try await client.login(token: "not-a-token", username: "bob")
@@ -52,13 +54,15 @@ import Testing
         try await TestBeacon.run(clock: TestClock()) { beacon in
             try await TencentFixture.give(beacon)
             try await beacon.createUsers("bob")
-            let client = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            let client = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone", storage: MemoryStorage()))
             try await client.login(userID: "alice", userSig: TencentFixture.aliceSig)
             let sent = try await client.send(OutgoingChatMessage(to: "bob", content: .text("hi from a UserSig")))
             #expect(sent.from == "alice")
             #expect(try await beacon.rest("GET", "/users/alice").status == 200)
             await client.logout()
-            let other = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone"))
+            let other = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: "phone", storage: MemoryStorage()))
             do {
                 try await other.login(userID: "bob", userSig: TencentFixture.aliceSig)
                 Issue.record("expected alice's UserSig to open nothing for bob")
@@ -75,7 +79,7 @@ import Testing
             let client = BeaconClient(
                 options: BeaconOptions(
                     appKey: beacon.appKey, serverURL: beacon.baseURL, deviceID: String(repeating: "d", count: 200),
-                    loginTimeout: .milliseconds(500)))
+                    storage: MemoryStorage(), loginTimeout: .milliseconds(500)))
             await #expect(throws: BeaconClientError.timedOut) { try await client.login(username: "bob", password: "pw") }
             await #expect(throws: BeaconClientError.notLoggedIn) {
                 _ = try await client.send(OutgoingChatMessage(to: "bob", content: .text("x")))
@@ -87,9 +91,10 @@ import Testing
         let suite = "beacon-tests-\(UUID())"
         let defaults = try #require(UserDefaults(suiteName: suite))
         defer { defaults.removePersistentDomain(forName: suite) }
-        let first = BeaconOptions.installationID(appKey: "acme#chat", defaults: defaults)
-        #expect(BeaconOptions.installationID(appKey: "acme#chat", defaults: defaults) == first)
-        #expect(BeaconOptions.installationID(appKey: "acme#other", defaults: defaults) != first)
+        let storage = UserDefaultsStorage(suiteName: suite)
+        let first = BeaconOptions.installationID(appKey: "acme#chat", storage: storage)
+        #expect(BeaconOptions.installationID(appKey: "acme#chat", storage: UserDefaultsStorage(suiteName: suite)) == first)
+        #expect(BeaconOptions.installationID(appKey: "acme#other", storage: storage) != first)
         // Without an explicit id, options use the stored one (UserDefaults.standard).
         let options = BeaconOptions(appKey: "acme#chat-\(UUID())", serverURL: URL(string: "http://127.0.0.1:1")!)
         #expect(BeaconOptions(appKey: options.appKey, serverURL: options.serverURL).deviceID == options.deviceID)

@@ -10,8 +10,11 @@ import Testing
         try await TestBeacon.run(clock: clock) { beacon in
             try await beacon.createUsers("alice", "bob")
             let group = try await beacon.createGroup(owner: "alice", members: ["bob"])
-            let client = BeaconClient(options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, timeZone: "Asia/Tokyo"))
+            let client = BeaconClient(
+                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, timeZone: "Asia/Tokyo", storage: MemoryStorage()))
             try await client.login(username: "bob", password: "pw")
+            // The time zone of the options, sent at login: do-not-disturb windows run in it.
+            #expect(try await beacon.rest("GET", "/users/bob").json["entities"]?[0]?["timezone"] == "Asia/Tokyo")
 
             let all = try await client.setSilentModeForAll(
                 SilentModeParam(

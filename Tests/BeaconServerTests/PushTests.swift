@@ -189,7 +189,9 @@ extension Collector where Element == PushAttemptOutcome {
             try await beacon.createUsers("alice", "bob")
             try await beacon.uploadP8(name: "ios-dev")
             let client = BeaconClient(
-                options: BeaconOptions(appKey: beacon.appKey, serverURL: beacon.baseURL, apnsCertName: "ios-dev", deviceID: "bobs-iphone"))
+                options: BeaconOptions(
+                    appKey: beacon.appKey, serverURL: beacon.baseURL, apnsCertName: "ios-dev", deviceID: "bobs-iphone",
+                    storage: MemoryStorage()))
             try await client.login(username: "bob", password: "pw")
             try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
             let bindings = try await beacon.rest("GET", "/users/bob/push/binding").json["entities"]
@@ -203,6 +205,51 @@ extension Collector where Element == PushAttemptOutcome {
             try await client.logout(unbindDeviceToken: true)
             #expect(try await beacon.rest("GET", "/users/bob/push/binding").json["count"]?.intValue == 0)
             #expect(simulator.deliveries().count == 1)
+        }
+    }
+
+    /// The token's whole life on the SDK side: registered before any login, bound at every login (so a user switch moves
+    /// it), the VoIP token with it, unbound without a logout; and the options' time zone, sent at login, is where
+    /// do-not-disturb runs.
+    @Test func theSDKKeepsTheDeviceTokenAcrossLoginsAndSendsTheTimeZone() async throws {
+        // 08:00 UTC, 16:00 in Shanghai.
+        let clock = TestClock(milliseconds: 1_800_000_000_000)
+        try await withPushBeacon(clock: clock) { beacon, simulator in
+            try await beacon.createUsers("alice", "bob", "carol")
+            try await beacon.uploadP8(name: "ios-dev")
+            let client = BeaconClient(
+                options: BeaconOptions(
+                    appKey: beacon.appKey, serverURL: beacon.baseURL, apnsCertName: "ios-dev", timeZone: "Asia/Shanghai",
+                    deviceID: "iphone", storage: MemoryStorage()))
+            func binding(_ user: String) async throws -> JSONValue? {
+                try await beacon.rest("GET", "/users/\(user)/push/binding").json["entities"]?[0]
+            }
+            // At launch, before login: kept, and bound by the login.
+            try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
+            try await client.login(username: "bob", password: "pw")
+            #expect(try await binding("bob")?["device_token"]?.stringValue == phone)
+            #expect(try await beacon.rest("GET", "/users/bob").json["entities"]?[0]?["timezone"] == "Asia/Shanghai")
+            try await client.registerVoIPPushToken(Data(repeating: 0xcd, count: 32))
+            #expect(try await binding("bob")?["voip_token"]?.stringValue == String(repeating: "cd", count: 32))
+            // Another user on the same phone: the token moves to them.
+            await client.logout()
+            try await client.login(username: "alice", password: "pw")
+            #expect(try await binding("alice")?["device_token"]?.stringValue == phone)
+            #expect(try await binding("bob") == nil)
+            // Unbound without logging out, and forgotten: the next login binds nothing.
+            try await client.unbindDeviceToken()
+            #expect(try await binding("alice") == nil)
+            await client.logout()
+            try await client.login(username: "bob", password: "pw")
+            #expect(try await binding("bob") == nil)
+            // bob's do-not-disturb, 15:00-17:00, runs in Shanghai time: a message at 16:00 there is not pushed.
+            try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
+            await client.logout()
+            #expect(try await beacon.rest("PUT", "/users/bob/notification/user/bob", ["ignoreInterval": "15:00-17:00"]).status == 200)
+            _ = try await beacon.rest("POST", "/messages/users", ["from": "carol", "to": ["bob"], "type": "txt", "body": ["msg": "quiet"]])
+            let records = try await beacon.deliveries(of: "bob") { $0.contains { $0["reason"] == "dnd" } }
+            #expect(records.first?["status"] == "skipped")
+            #expect(simulator.deliveries().isEmpty)
         }
     }
 
