@@ -30,7 +30,7 @@ public actor BeaconClient {
     /// The newest read-state version received: a connection asks for the markers changed after it.
     private var readsVersion: Int64 = 0
     let logger: Logger
-    private var token: String?
+    private(set) var token: String?
     public private(set) var username: String?
     private var connection: Task<Void, Never>?
     private var outbound: WebSocketOutboundWriter?
@@ -45,7 +45,7 @@ public actor BeaconClient {
     /// Everything up to this is in `messages` or needs no delivery (the last `synced`).
     private var syncedSeq: Int64 = 0
     /// Counts logins on this client: a message of an earlier session, taken after a logout, acknowledges nothing.
-    private var session = 0
+    private(set) var session = 0
     /// Between `welcome` and `synced`: the backlog streams in, and acks go out in batches.
     private var catchingUp = false
     /// While the app works through a backlog, acks go out every this many messages.
@@ -84,9 +84,11 @@ public actor BeaconClient {
         try await login(token: response.accessToken, username: username)
     }
 
-    /// Logs in with a user token obtained elsewhere (e.g. from the app's own backend), then connects. Throws the
-    /// server's refusal (401 `unauthorized`) for a bad, expired or revoked token, and `timedOut` when no connection
-    /// could be made within `BeaconOptions.loginTimeout`.
+    /// Logs in with a user token obtained elsewhere (e.g. from the app's own backend), then connects, then binds the
+    /// installation's push tokens to the user and sends the options' time zone if the server holds another (a failure
+    /// there is the event `installationNotAnnounced`, not the login's). Throws the server's refusal (401 `unauthorized`)
+    /// for a bad, expired or revoked token, and `timedOut` when no connection could be made within
+    /// `BeaconOptions.loginTimeout`.
     public func login(token: String, username: String) async throws {
         guard options.webSocketURL(readsSince: 0) != nil else { throw BeaconClientError.invalidServerURL }
         self.token = token
@@ -96,9 +98,9 @@ public actor BeaconClient {
             user = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
         } catch {
             self.token = nil
+            self.username = nil
             throw error
         }
-        await announceInstallation(of: username, uuid: user["entities"]?[0]?["uuid"]?.stringValue ?? username)
         startConnection()
         // The wait for `welcome` is a continuation the connection loop resumes; the deadline fails it from outside.
         let deadline = Task { [weak self, timeout = options.loginTimeout] in
@@ -112,6 +114,7 @@ public actor BeaconClient {
             await logout()
             throw error
         }
+        await announceInstallation(to: username, serverTimeZone: user["entities"]?[0]?["timezone"]?.stringValue)
     }
 
     /// Logs out; with `unbindDeviceToken`, this device stops receiving pushes for the user (otherwise, as with
@@ -153,6 +156,7 @@ public actor BeaconClient {
         task?.cancel()
         await task?.value
         failPending(with: BeaconClientError.notLoggedIn)
+        username = nil
         // The next login may be another user (or this one on another inbox): its positions start from its `welcome`.
         session += 1
         (lastSeq, takenSeq, ackedSeq, syncedSeq) = (0, 0, 0, 0)
@@ -342,6 +346,11 @@ public actor BeaconClient {
             lastSeq = seq
         }
         messageSink.yield(MessageStream.Delivery(message: message, seq: seq, session: session))
+    }
+
+    /// Tells the app of a connection event.
+    func announce(_ event: ConnectionEvent) {
+        eventSink.yield(event)
     }
 
     /// The app finished with the stored message `seq` (its loop asked `messages` for the next one).

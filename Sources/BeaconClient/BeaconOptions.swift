@@ -14,12 +14,13 @@ public struct BeaconOptions: Sendable {
     public var serverURL: URL
     /// The push configuration ("certificate") name this app build uses, for device-token binding.
     public var apnsCertName: String?
-    /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it. Sent at login when it changed.
+    /// The user's time zone (IANA name); do-not-disturb windows are evaluated in it. Sent at login when the server holds
+    /// another for the user.
     public var timeZone: String
     /// Where the installation's device id, push tokens and last sent time zone are kept (`UserDefaults` by default).
     public var storage: any InstallationStorage
     /// A stable id for this installation. Messages are tracked per device: a new id downloads the stored history again.
-    /// By default, one made on first use and kept in `UserDefaults` (per app key) so it survives relaunches.
+    /// By default, one made on first use and kept in `storage` (per app key) so it survives relaunches.
     public var deviceID: String
     /// How long `login` waits for the first connection before giving up.
     public var loginTimeout: Duration
@@ -95,6 +96,9 @@ public enum ConnectionEvent: Sendable, Equatable {
     case replaced
     /// The server logged this user out, or no longer accepts its token; the client stops reconnecting.
     case kicked
+    /// A login could not tell the server this installation's push tokens or time zone (`reason` says why): pushes may
+    /// still go to the user who had the token before. The login itself holds; the next one tries again.
+    case installationNotAnnounced(reason: String)
     /// The server sent a frame this SDK cannot read (`reason` says why): the connection is closed at once, so that
     /// nothing after it is acknowledged, and opened again after the reconnect delay — the message stays on the server.
     case unreadableFrame(reason: String)

@@ -56,8 +56,6 @@ struct InstallationKeys {
     var deviceID: String { "beacon.deviceID.\(appKey)" }
     var apnsToken: String { "beacon.apnsToken.\(appKey)" }
     var voipToken: String { "beacon.voipToken.\(appKey)" }
-    /// Per user (its uuid: a user created again under the name, or on another server, is told again).
-    func timeZone(of user: String) -> String { "beacon.timeZone.\(appKey).\(user)" }
 }
 
 extension BeaconClient {
@@ -68,55 +66,56 @@ extension BeaconClient {
     public func registerForRemoteNotifications(deviceToken: Data) async throws {
         guard options.apnsCertName != nil else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
         options.storage.set(deviceToken.lowercaseHex, forKey: installation.apnsToken)
-        try await bindPushTokens()
+        if let username = loggedInUser { try await bindPushTokens(to: username) }
     }
 
     /// Keeps this installation's PushKit (VoIP) token and binds it with the APNs token, so that calls go to it. It is bound
     /// once there is an APNs token too (`registerForRemoteNotifications(deviceToken:)`).
     public func registerVoIPPushToken(_ voipToken: Data) async throws {
+        guard options.apnsCertName != nil else { throw BeaconClientError.badResponse("BeaconOptions.apnsCertName is not set") }
         options.storage.set(voipToken.lowercaseHex, forKey: installation.voipToken)
-        try await bindPushTokens()
+        if let username = loggedInUser { try await bindPushTokens(to: username) }
     }
 
-    /// Stops pushes to this device for the logged-in user without logging out (Tencent's `setAPNS(nil)`), and forgets the
-    /// tokens, so that later logins bind none until they are registered again.
+    /// Stops pushes to this device for the logged-in user without logging out (Tencent's `setAPNS(nil)`), then forgets
+    /// the tokens, so that later logins bind none until they are registered again. Throws `notLoggedIn` without a user
+    /// (the server may hold the token for the last one: log in first).
     public func unbindDeviceToken() async throws {
-        options.storage.set(nil, forKey: installation.apnsToken)
-        options.storage.set(nil, forKey: installation.voipToken)
-        guard let username = self.username else { return }
+        guard let username = loggedInUser else { throw BeaconClientError.notLoggedIn }
         let _: JSONValue = try await request(
             "PUT", "users/\(username)/push/binding", body: PushBindingRequest(deviceID: options.deviceID, deviceToken: "", notifierName: "")
         )
+        options.storage.set(nil, forKey: installation.apnsToken)
+        options.storage.set(nil, forKey: installation.voipToken)
     }
 
-    /// What a login tells the server about this installation: its push tokens, and the user's time zone when it differs
-    /// from the one last sent for that user. A failure is logged and does not fail the login (the next login tries again).
-    func announceInstallation(of username: String, uuid: String) async {
+    /// What a login tells the server about this installation once connected: its push tokens, and the options' time zone
+    /// when the server holds another for the user. A failure does not fail the login: it is reported as the event
+    /// `installationNotAnnounced`, and the next login tries again.
+    func announceInstallation(to username: String, serverTimeZone: String?) async {
+        let session = self.session
         do {
-            try await bindPushTokens()
-        } catch {
-            logger.warning("binding the push token at login failed", metadata: ["error": "\(error)"])
-        }
-        let key = installation.timeZone(of: uuid)
-        guard options.storage.string(forKey: key) != options.timeZone else { return }
-        do {
+            try await bindPushTokens(to: username)
+            // A logout or another login meanwhile: what follows is theirs.
+            guard session == self.session, options.timeZone != serverTimeZone else { return }
             let _: JSONValue = try await request("PUT", "users/\(username)", body: UpdateUserRequest(timezone: options.timeZone))
-            options.storage.set(options.timeZone, forKey: key)
         } catch {
-            logger.warning("sending the time zone at login failed", metadata: ["error": "\(error)"])
+            logger.warning("telling the server this installation's push tokens or time zone failed", metadata: ["error": "\(error)"])
+            if session == self.session { announce(.installationNotAnnounced(reason: "\(error)")) }
         }
     }
 
-    /// Binds the kept tokens to the logged-in user (nothing without a user, a push configuration name or an APNs token).
-    private func bindPushTokens() async throws {
-        guard let username = self.username, let notifier = options.apnsCertName,
-            let deviceToken = options.storage.string(forKey: installation.apnsToken)
-        else { return }
+    /// Binds the kept tokens to `username` (nothing without a push configuration name or an APNs token).
+    private func bindPushTokens(to username: String) async throws {
+        guard let notifier = options.apnsCertName, let deviceToken = options.storage.string(forKey: installation.apnsToken) else { return }
         let binding = PushBindingRequest(
             deviceID: options.deviceID, deviceToken: deviceToken, notifierName: notifier,
             voipToken: options.storage.string(forKey: installation.voipToken))
         let _: JSONValue = try await request("PUT", "users/\(username)/push/binding", body: binding)
     }
+
+    /// The user, while logged in (a token held).
+    private var loggedInUser: String? { token == nil ? nil : username }
 
     var installation: InstallationKeys { InstallationKeys(appKey: options.appKey) }
 }

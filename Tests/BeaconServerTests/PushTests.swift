@@ -236,12 +236,17 @@ extension Collector where Element == PushAttemptOutcome {
             try await client.login(username: "alice", password: "pw")
             #expect(try await binding("alice")?["device_token"]?.stringValue == phone)
             #expect(try await binding("bob") == nil)
-            // Unbound without logging out, and forgotten: the next login binds nothing.
+            // Unbound without logging out, and forgotten: the next login binds nothing. Logged out, there is no one to
+            // unbind for.
             try await client.unbindDeviceToken()
             #expect(try await binding("alice") == nil)
             await client.logout()
+            await #expect(throws: BeaconClientError.notLoggedIn) { try await client.unbindDeviceToken() }
+            // The server's time zone changed elsewhere: the next login sets the options' again.
+            #expect(try await beacon.rest("PUT", "/users/bob", ["timezone": "Europe/Paris"]).status == 200)
             try await client.login(username: "bob", password: "pw")
             #expect(try await binding("bob") == nil)
+            #expect(try await beacon.rest("GET", "/users/bob").json["entities"]?[0]?["timezone"] == "Asia/Shanghai")
             // bob's do-not-disturb, 15:00-17:00, runs in Shanghai time: a message at 16:00 there is not pushed.
             try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
             await client.logout()
@@ -250,6 +255,20 @@ extension Collector where Element == PushAttemptOutcome {
             let records = try await beacon.deliveries(of: "bob") { $0.contains { $0["reason"] == "dnd" } }
             #expect(records.first?["status"] == "skipped")
             #expect(simulator.deliveries().isEmpty)
+
+            // A token the server cannot bind (no such push configuration): the login holds, and the app is told.
+            let misconfigured = TestDevice(
+                client: BeaconClient(
+                    options: BeaconOptions(
+                        appKey: beacon.appKey, serverURL: beacon.baseURL, apnsCertName: "no-such-config", deviceID: "ipad",
+                        storage: MemoryStorage())))
+            try await misconfigured.client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xef, count: 32))
+            try await misconfigured.client.login(username: "carol", password: "pw")
+            let events = try await misconfigured.events.wait {
+                $0.contains { if case .installationNotAnnounced = $0 { true } else { false } }
+            }
+            #expect(events.contains(.connected))
+            await misconfigured.client.logout()
         }
     }
 
