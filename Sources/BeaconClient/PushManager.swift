@@ -196,6 +196,19 @@ public struct PushPayload: Sendable, Hashable {
     public var messageID: String?
     /// The sender's custom content (`em_apns_ext.extern` / `em_push_ext.custom`).
     public var extra: JSONValue?
+    /// Tencent's `OfflinePushInfo.Ext`, as the sender put it.
+    public var tencentExt: JSONValue?
+    /// An image for a notification service extension to attach (`em_push_image`, Tencent's `ApnsInfo.Image`).
+    public var imageURL: String?
+    /// `aps.category`: the notification's actions.
+    public var category: String?
+    /// `aps.mutable-content`: a notification service extension may change it before it shows.
+    public var mutableContent: Bool
+    /// The localization keys and arguments (`title-loc-key`, `title-loc-args`, `loc-key`, `loc-args`).
+    public var titleLocKey: String?
+    public var titleLocArgs: [String]
+    public var locKey: String?
+    public var locArgs: [String]
     /// Set for Beacon's background push telling what the user read on another device, or which messages were recalled
     /// (not a message notification).
     public var withdrawal: Withdrawal?
@@ -248,6 +261,14 @@ public struct PushPayload: Sendable, Hashable {
         group = root["g"]?.stringValue
         messageID = root["m"]?.stringValue
         extra = root["e"]
+        tencentExt = root["ext"]
+        imageURL = root["image"]?.stringValue
+        category = aps?["category"]?.stringValue
+        mutableContent = aps?["mutable-content"]?.intValue == 1
+        titleLocKey = alert?["title-loc-key"]?.stringValue
+        titleLocArgs = alert?["title-loc-args"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        locKey = alert?["loc-key"]?.stringValue
+        locArgs = alert?["loc-args"]?.arrayValue?.compactMap(\.stringValue) ?? []
         if let beacon = root["beacon"], let badge = beacon["badge"]?.intValue {
             let reads: [Withdrawal.Read] = (beacon["read"]?.arrayValue ?? []).compactMap { read in
                 guard let type = read["chat_type"]?.stringValue.flatMap(ChatType.init),

@@ -140,7 +140,10 @@ public enum PayloadBuilder {
         // The sender may fix the badge; otherwise it is spliced in per receiver.
         let fixedBadge = apnsExt["em_push_badge"]?.intValue.map { min(max($0, 0), maxBadge) }
         if let fixedBadge { aps["badge"] = .number(Double(fixedBadge)) }
-        if apnsExt["em_push_mutable_content"]?.boolValue == true { aps["mutable-content"] = 1 }
+        // An image for the app's notification service extension to attach (`em_push_image`, Tencent's `ApnsInfo.Image`):
+        // that extension only runs for pushes with `mutable-content`.
+        let image = apnsExt["em_push_image"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        if apnsExt["em_push_mutable_content"]?.boolValue == true || image != nil { aps["mutable-content"] = 1 }
         if let category = apnsExt["em_push_category"]?.stringValue { aps["category"] = .string(category) }
         // Notifications group by conversation on the phone.
         aps["thread-id"] = .string(message.conversation(for: input.receiver).key)
@@ -150,6 +153,7 @@ public enum PayloadBuilder {
         if message.chatType == .groupchat { payload["g"] = .string(message.to) }
         if let extern = apnsExt["extern"] ?? pushExt["custom"] { payload["e"] = extern }
         if let tencentExt = apnsExt["tencent_ext"] { payload["ext"] = tencentExt }
+        if let image { payload["image"] = .string(image) }
 
         let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit

@@ -86,6 +86,21 @@ import Testing
         #expect(try PushPayload(json: Data(#"{"aps":{"alert":"x","badge":1},"m":"1"}"#.utf8)).withdrawal == nil)
     }
 
+    @Test func theAppSideParserReadsWhatAnExtensionNeeds() throws {
+        let json = #"""
+            {"aps":{"alert":{"body":"b","loc-key":"BODY","loc-args":["x",1],"title-loc-key":"TITLE","title-loc-args":["y"]},
+              "category":"reply","mutable-content":1,"sound":"default"},
+             "ext":"{\"order\":7}","f":"alice","image":"https://example.com/p.jpg","m":"1","t":"bob"}
+            """#
+        let payload = try PushPayload(json: Data(json.utf8))
+        #expect(payload.imageURL == "https://example.com/p.jpg" && payload.category == "reply" && payload.mutableContent)
+        #expect(payload.tencentExt == "{\"order\":7}")
+        #expect(payload.titleLocKey == "TITLE" && payload.titleLocArgs == ["y"])
+        #expect(payload.locKey == "BODY" && payload.locArgs == ["x"])
+        let plain = try PushPayload(json: Data(#"{"aps":{"alert":"x"},"m":"1"}"#.utf8))
+        #expect(!plain.mutableContent && plain.imageURL == nil && plain.locArgs.isEmpty)
+    }
+
     @Test func aRecallsWithdrawalRemovesThatMessageWhateverItsConversation() throws {
         let json = #"{"aps":{"content-available":1},"beacon":{"recalled":["100","x"],"badge":2}}"#
         let withdrawal = try #require(try PushPayload(json: Data(json.utf8)).withdrawal)

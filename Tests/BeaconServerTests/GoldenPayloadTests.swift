@@ -35,6 +35,10 @@ import Testing
             #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"mutable-content":1,"sound":"default","thread-id":"6001"},"f":"6001","m":"<id>","t":"6006"}"#
         ),
         (
+            "image", ["em_apns_ext": ["em_push_image": "https://example.com/p.jpg"]], 0,
+            #"{"aps":{"alert":{"body":"You have a new message"},"badge":1,"mutable-content":1,"sound":"default","thread-id":"6001"},"f":"6001","image":"https://example.com/p.jpg","m":"<id>","t":"6006"}"#
+        ),
+        (
             "localization",
             [
                 "em_apns_ext": [
@@ -119,7 +123,10 @@ import Testing
                     "from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "2"],
                     "offline_push_info": [
                         "push_flag": 0, "title": "Title", "desc": "Desc", "ext": "{\"order\":7}",
-                        "apns_info": ["sound": "bell.caf", "badge_mode": 1, "sub_title": "Sub", "mutable_content": 1],
+                        "apns_info": [
+                            "sound": "bell.caf", "badge_mode": 1, "sub_title": "Sub", "mutable_content": 1,
+                            "image": "https://example.com/i.png",
+                        ],
                     ],
                 ])
             _ = try await beacon.rest(
@@ -136,6 +143,7 @@ import Testing
             #expect(second.contains(#""mutable-content":1"#))
             #expect(second.contains(#""sound":"bell.caf""#))
             #expect(second.contains(#""ext":"{\"order\":7}""#))
+            #expect(second.contains(#""image":"https://example.com/i.png""#))
             #expect(try await beacon.deliveries(of: "bob").first?["reason"] == "silent")
         }
     }
