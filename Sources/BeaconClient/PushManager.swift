@@ -264,11 +264,11 @@ public struct PushPayload: Sendable, Hashable {
         tencentExt = root["ext"]
         imageURL = root["image"]?.stringValue
         category = aps?["category"]?.stringValue
-        mutableContent = aps?["mutable-content"]?.intValue == 1
+        mutableContent = aps?["mutable-content"]?.intValue == 1 || aps?["mutable-content"]?.boolValue == true
         titleLocKey = alert?["title-loc-key"]?.stringValue
-        titleLocArgs = alert?["title-loc-args"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        titleLocArgs = Self.strings(alert?["title-loc-args"])
         locKey = alert?["loc-key"]?.stringValue
-        locArgs = alert?["loc-args"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        locArgs = Self.strings(alert?["loc-args"])
         if let beacon = root["beacon"], let badge = beacon["badge"]?.intValue {
             let reads: [Withdrawal.Read] = (beacon["read"]?.arrayValue ?? []).compactMap { read in
                 guard let type = read["chat_type"]?.stringValue.flatMap(ChatType.init),
@@ -280,6 +280,11 @@ public struct PushPayload: Sendable, Hashable {
             let recalled = (beacon["recalled"]?.arrayValue ?? []).compactMap { $0.stringValue.flatMap { UInt64($0) } }
             withdrawal = Withdrawal(badge: badge, reads: reads, recalled: recalled)
         }
+    }
+
+    /// Localization arguments as strings, each in its place (a value that is not a string as its JSON text).
+    private static func strings(_ value: JSONValue?) -> [String] {
+        (value?.arrayValue ?? []).map { $0.stringValue ?? JSONWriter.string($0) }
     }
 
     /// Parses `UNNotificationContent.userInfo` / `didReceiveRemoteNotification` dictionaries.

@@ -125,13 +125,17 @@ public enum PayloadBuilder {
         var alert: [String: JSONValue] = ["body": .string(cut(body))]
         if let title { alert["title"] = .string(cut(title)) }
         if let subtitle = apnsExt["em_alert_subTitle"]?.stringValue { alert["subtitle"] = .string(cut(subtitle)) }
+        // APNs takes strings as arguments: any other value goes as its JSON text, keeping every argument in its place.
+        func locArgs(_ value: JSONValue?) -> JSONValue? {
+            value?.arrayValue.map { .array($0.map { .string($0.stringValue ?? JSONWriter.string($0)) }) }
+        }
         if let key = apnsExt["em_push_title_loc_key"]?.stringValue {
             alert["title-loc-key"] = .string(key)
-            if let args = apnsExt["em_push_title_loc_args"]?.arrayValue { alert["title-loc-args"] = .array(args) }
+            if let args = locArgs(apnsExt["em_push_title_loc_args"]) { alert["title-loc-args"] = args }
         }
         if let key = apnsExt["em_push_body_loc_key"]?.stringValue {
             alert["loc-key"] = .string(key)
-            if let args = apnsExt["em_push_body_loc_args"]?.arrayValue { alert["loc-args"] = .array(args) }
+            if let args = locArgs(apnsExt["em_push_body_loc_args"]) { alert["loc-args"] = args }
         }
         var aps: [String: JSONValue] = [
             "alert": .object(alert),
@@ -140,10 +144,11 @@ public enum PayloadBuilder {
         // The sender may fix the badge; otherwise it is spliced in per receiver.
         let fixedBadge = apnsExt["em_push_badge"]?.intValue.map { min(max($0, 0), maxBadge) }
         if let fixedBadge { aps["badge"] = .number(Double(fixedBadge)) }
+        let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         // An image for the app's notification service extension to attach (`em_push_image`, Tencent's `ApnsInfo.Image`):
-        // that extension only runs for pushes with `mutable-content`.
-        let image = apnsExt["em_push_image"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
-        if apnsExt["em_push_mutable_content"]?.boolValue == true || image != nil { aps["mutable-content"] = 1 }
+        // that extension only runs for alerts with `mutable-content` (never for a VoIP push, which PushKit hands the app).
+        let image = voip ? nil : apnsExt["em_push_image"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        if !voip, apnsExt["em_push_mutable_content"]?.boolValue == true || image != nil { aps["mutable-content"] = 1 }
         if let category = apnsExt["em_push_category"]?.stringValue { aps["category"] = .string(category) }
         // Notifications group by conversation on the phone.
         aps["thread-id"] = .string(message.conversation(for: input.receiver).key)
@@ -155,7 +160,6 @@ public enum PayloadBuilder {
         if let tencentExt = apnsExt["tencent_ext"] { payload["ext"] = tencentExt }
         if let image { payload["image"] = .string(image) }
 
-        let voip = input.allowsVoIP && pushExt["type"]?.stringValue == "call"
         let limit = voip ? voipLimit : Self.limit
         // APNs takes at most 64 bytes; an HTTP/2 header value takes no control characters and no leading or trailing
         // space. Such a key is left out (the message id collapses instead), so the push still goes.

@@ -71,7 +71,9 @@ final class MessageService: Sendable {
             let probe = Message(
                 id: UInt64.max >> 1, from: outgoing.from, to: targets.first ?? "", chatType: outgoing.chatType, type: outgoing.type,
                 body: outgoing.body, ext: outgoing.ext, timestamp: 0)
-            _ = try PayloadBuilder.build(PayloadInput(message: probe, receiver: String(repeating: "x", count: 64), badge: 99_999))
+            // As an alert (4 KB), even for a call: a receiver without a VoIP token gets one.
+            _ = try PayloadBuilder.build(
+                PayloadInput(message: probe, receiver: String(repeating: "x", count: 64), badge: 99_999, allowsVoIP: false))
         }
         switch outgoing.chatType {
         case .chat:

@@ -96,7 +96,7 @@ import Testing
         #expect(payload.imageURL == "https://example.com/p.jpg" && payload.category == "reply" && payload.mutableContent)
         #expect(payload.tencentExt == "{\"order\":7}")
         #expect(payload.titleLocKey == "TITLE" && payload.titleLocArgs == ["y"])
-        #expect(payload.locKey == "BODY" && payload.locArgs == ["x"])
+        #expect(payload.locKey == "BODY" && payload.locArgs == ["x", "1"])
         let plain = try PushPayload(json: Data(#"{"aps":{"alert":"x"},"m":"1"}"#.utf8))
         #expect(!plain.mutableContent && plain.imageURL == nil && plain.locArgs.isEmpty)
     }

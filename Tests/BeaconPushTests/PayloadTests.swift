@@ -21,6 +21,23 @@ import Testing
         )
     }
 
+    /// An image goes with `mutable-content` to an alert, for the notification service extension; a VoIP push (which no
+    /// extension sees) carries neither. Localization arguments go as strings, each in its place.
+    @Test func anImageGoesToAlertsOnlyAndLocArgsAreStrings() throws {
+        let ext: [String: JSONValue] = [
+            "em_apns_ext": [
+                "em_push_image": "https://example.com/p.jpg", "em_push_body_loc_key": "B", "em_push_body_loc_args": ["x", 1, true],
+            ],
+            "em_push_ext": ["type": "call"],
+        ]
+        let alert = try Self.json(PayloadInput(message: Self.message(ext), receiver: "6006", badge: 1, allowsVoIP: false))
+        #expect(alert.contains(#""mutable-content":1"#) && alert.contains(#""image":"https://example.com/p.jpg""#))
+        #expect(alert.contains(#""loc-args":["x","1","true"]"#))
+        let call = try PayloadBuilder.build(PayloadInput(message: Self.message(ext), receiver: "6006", badge: 1))
+        #expect(call.voip)
+        #expect(!call.json.contains("mutable-content") && !call.json.contains("image"))
+    }
+
     /// The template preview tells when fitting shortened a text; a payload that fits is the same either way.
     @Test func fittingIsReported() throws {
         let short = PayloadInput(message: Self.message(), receiver: "6006", badge: 1, style: .messageSummary)
