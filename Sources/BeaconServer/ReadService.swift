@@ -44,6 +44,18 @@ struct ReadService: Sendable {
         return update
     }
 
+    /// A withdrawal to one device (a read's or a recall's): a background push at priority 5, expiring after
+    /// `withdrawalExpirationSeconds`, its badge put in at `badgeOffset` when stored (nil: the payload is final).
+    static func withdrawal(
+        username: String, deviceID: String, notifier: String, deviceToken: String, topic: String, payload: String,
+        badgeOffset: Int? = nil, now: Int64
+    ) -> NewPushJob {
+        NewPushJob(
+            username: username, deviceID: deviceID, notifier: notifier, deviceToken: deviceToken, topic: topic, pushType: .background,
+            priority: .considerate, expiration: now / 1000 + withdrawalExpirationSeconds, collapseID: nil, apnsID: .random(),
+            payload: payload, badgeOffset: badgeOffset)
+    }
+
     /// The read marker as a `read` frame carries it.
     static func state(_ marker: ReadMarker, badge: Int?) -> ReadState {
         ReadState(
@@ -71,11 +83,9 @@ struct ReadService: Sendable {
         let now = clock()
         let jobs = bindings.compactMap { binding -> NewPushJob? in
             guard let config = configs[binding.notifier] else { return nil }
-            return NewPushJob(
+            return Self.withdrawal(
                 username: username, deviceID: binding.deviceID, notifier: binding.notifier, deviceToken: binding.deviceToken,
-                topic: config.bundleID, pushType: .background, priority: .considerate,
-                expiration: now / 1000 + Self.withdrawalExpirationSeconds, collapseID: nil, apnsID: .random(),
-                payload: payload)
+                topic: config.bundleID, payload: payload, now: now)
         }
         guard !jobs.isEmpty else { return }
         try await store.queueWithdrawals(

@@ -1,4 +1,3 @@
-import BeaconAPNs
 import BeaconCore
 import BeaconPush
 import BeaconStorage
@@ -84,11 +83,9 @@ struct RecallService: Sendable {
     static func withdrawal(of messageID: UInt64, now: Int64) -> @Sendable (NewPushJob) -> NewPushJob {
         let payload = WithdrawalPayload.recall(of: messageID)
         return { sent in
-            NewPushJob(
+            ReadService.withdrawal(
                 username: sent.username, deviceID: sent.deviceID, notifier: sent.notifier, deviceToken: sent.deviceToken, topic: sent.topic,
-                pushType: .background, priority: .considerate, expiration: now / 1000 + ReadService.withdrawalExpirationSeconds,
-                collapseID: nil, apnsID: .random(),
-                payload: payload.json, badgeOffset: payload.badgeOffset)
+                payload: payload.json, badgeOffset: payload.badgeOffset, now: now)
         }
     }
 }
