@@ -1,14 +1,19 @@
 // swift-tools-version:6.1
 import PackageDescription
 
+// The Swift SDK's package (clients/beacon-swift) holds the domain model and the wire protocol: the server uses them from it.
+let beaconCore = Target.Dependency.product(name: "BeaconCore", package: "beacon-swift")
+let beaconProtocol = Target.Dependency.product(name: "BeaconProtocol", package: "beacon-swift")
+let beaconClient = Target.Dependency.product(name: "BeaconClient", package: "beacon-swift")
+
 let package = Package(
     name: "beacon",
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "beacon", targets: ["beacon"]),
-        .library(name: "BeaconClient", targets: ["BeaconClient"]),
     ],
     dependencies: [
+        .package(path: "clients/beacon-swift"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
@@ -33,22 +38,18 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
     ],
     targets: [
-        // Domain rules: ids, messages, validation, errors. No I/O.
-        .target(name: "BeaconCore"),
         // Push rules: who is pushed and when (SPEC §3). Pure: no I/O.
-        .target(name: "BeaconPush", dependencies: ["BeaconCore"]),
-        // Wire protocol: WebSocket frames and REST bodies shared by the server and the SDK.
-        .target(name: "BeaconProtocol", dependencies: ["BeaconCore"]),
+        .target(name: "BeaconPush", dependencies: [beaconCore]),
         // The storage contract: one protocol and its records, whatever the database. No engine code.
-        .target(name: "BeaconStorage", dependencies: ["BeaconCore"]),
+        .target(name: "BeaconStorage", dependencies: [beaconCore]),
         // The embedded default engine: one SQLite file (GRDB, WAL).
         .target(name: "BeaconSQLite", dependencies: [
-            "BeaconCore", "BeaconStorage",
+            beaconCore, "BeaconStorage",
             .product(name: "GRDB", package: "GRDB.swift"),
         ]),
         // The engine for several nodes: PostgreSQL through postgres-nio's connection pool.
         .target(name: "BeaconPostgres", dependencies: [
-            "BeaconCore", "BeaconStorage",
+            beaconCore, "BeaconStorage",
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -81,11 +82,11 @@ let package = Package(
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         // Tencent Cloud IM's side of things, pure: UserSig v2 and its message elements onto Beacon's. No I/O.
         .target(name: "BeaconTencent", dependencies: [
-            "BeaconCore", "CZlib", .product(name: "Crypto", package: "swift-crypto"),
+            beaconCore, "CZlib", .product(name: "Crypto", package: "swift-crypto"),
         ]),
         // The server: REST, WebSocket gateway, presence, retention.
         .target(name: "BeaconServer", dependencies: [
-            "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconAPNs", "BeaconPush", "BeaconTencent",
+            beaconCore, beaconProtocol, "BeaconStorage", "BeaconAPNs", "BeaconPush", "BeaconTencent",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -118,13 +119,6 @@ let package = Package(
         .target(name: "BeaconStores", dependencies: [
             "BeaconStorage", "BeaconSQLite", "BeaconPostgres", .product(name: "Logging", package: "swift-log"),
         ]),
-        // The Swift client SDK. Independent of the server modules.
-        .target(name: "BeaconClient", dependencies: [
-            "BeaconCore", "BeaconProtocol",
-            .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
-            .product(name: "Logging", package: "swift-log"),
-        ]),
         .executableTarget(name: "beacon", dependencies: [
             "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconStores", "APNsSimulator", "BeaconAPNs",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -135,7 +129,7 @@ let package = Package(
         ]),
         // Benchmarks: figures for BENCHMARKS.md (run with -c release), never timed assertions.
         .executableTarget(name: "beacon-bench", dependencies: [
-            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconClient", "BeaconAPNs", "APNsSimulator", "BeaconPush",
+            "BeaconServer", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", beaconClient, "BeaconAPNs", "APNsSimulator", "BeaconPush",
             "BeaconTesting", "BeaconStores",
             // Only to measure our APNs client against an AsyncHTTPClient-based sender (`beacon-bench apns`).
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -150,7 +144,7 @@ let package = Package(
         // What the tests and the benchmarks share (as HummingbirdTesting): a server on either engine, store kinds, a test
         // clock, the simulator and its trust, a REST client, devices, `beacon` as a child process, bounded waits.
         .target(name: "BeaconTesting", dependencies: [
-            "BeaconServer", "BeaconClient", "BeaconCore", "BeaconProtocol", "BeaconStorage", "BeaconSQLite", "BeaconStores",
+            "BeaconServer", beaconClient, beaconCore, beaconProtocol, "BeaconStorage", "BeaconSQLite", "BeaconStores",
             "APNsSimulator", "BeaconAPNs",
             .product(name: "Subprocess", package: "swift-subprocess"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -161,11 +155,10 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "BeaconCoreTests", dependencies: ["BeaconCore", "BeaconProtocol"]),
-        .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", "BeaconCore"]),
-        .testTarget(name: "BeaconTencentTests", dependencies: ["BeaconTencent", "BeaconCore"]),
+        .testTarget(name: "BeaconPushTests", dependencies: ["BeaconPush", beaconCore]),
+        .testTarget(name: "BeaconTencentTests", dependencies: ["BeaconTencent", beaconCore]),
         .testTarget(name: "BeaconStorageTests", dependencies: [
-            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "BeaconCore", "BeaconTesting", .product(name: "Logging", package: "swift-log"),
+            "BeaconStorage", "BeaconSQLite", "BeaconPostgres", beaconCore, "BeaconTesting", .product(name: "Logging", package: "swift-log"),
             .product(name: "GRDB", package: "GRDB.swift"),
             // To hold a PostgreSQL transaction open while another runs (race tests).
             .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -183,7 +176,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .testTarget(name: "BeaconServerTests", dependencies: [
-            "BeaconServer", "BeaconClient", "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
+            "BeaconServer", beaconClient, "BeaconStorage", "BeaconSQLite", "BeaconPostgres", "APNsSimulator", "BeaconAPNs",
             "BeaconTesting",
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Crypto", package: "swift-crypto"),
@@ -201,7 +194,7 @@ let package = Package(
         ]),
         // The SDK's own promises, against a real server.
         .testTarget(name: "BeaconClientTests", dependencies: [
-            "BeaconClient", "BeaconCore", "BeaconServer", "BeaconTesting",
+            beaconClient, beaconCore, "BeaconServer", "BeaconTesting",
         ]),
     ]
 )

@@ -30,26 +30,16 @@ public struct UserDefaultsStorage: InstallationStorage {
 
 /// Storage that lasts as long as the object: for tests, and for several clients in one process that must not share
 /// an installation.
-public final class MemoryStorage: InstallationStorage, @unchecked Sendable {  // every access holds `lock`
-    private let lock = NSLock()
-    private var values: [String: String] = [:]
+public final class MemoryStorage: InstallationStorage, Sendable {
+    private let values = Locked<[String: String]>([:])
 
     public init() {}
 
-    public func string(forKey key: String) -> String? {
-        lock.lock()
-        defer { lock.unlock() }
-        return values[key]
-    }
+    public func string(forKey key: String) -> String? { values.withLock { $0[key] } }
 
-    public func set(_ value: String?, forKey key: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        values[key] = value
-    }
+    public func set(_ value: String?, forKey key: String) { values.withLock { $0[key] = value } }
 }
 
-/// The keys of one app's installation in its storage.
 struct InstallationKeys {
     let appKey: String
 

@@ -1,10 +1,6 @@
 import BeaconCore
 import BeaconProtocol
 import Foundation
-import HTTPTypes
-import HummingbirdWSClient
-import Logging
-import Synchronization
 
 /// How a `BeaconClient` reaches its server and identifies its device.
 public struct BeaconOptions: Sendable {
@@ -24,14 +20,25 @@ public struct BeaconOptions: Sendable {
     public var deviceID: String
     /// How long `login` waits for the first connection before giving up.
     public var loginTimeout: Duration
-    /// Delay before the first reconnect attempt; doubles up to `maxReconnectDelay`.
+    /// The longest wait before the first reconnect attempt; it doubles at each failed attempt up to `maxReconnectDelay`,
+    /// and each wait is drawn at random in its upper half (clients dropped together do not come back together).
     public var reconnectDelay: Duration
     public var maxReconnectDelay: Duration
+    /// After this long without a frame from the server, the client pings it…
+    public var heartbeatInterval: Duration
+    /// …and without any frame this long after the ping, drops the connection (half-open) and reconnects.
+    public var heartbeatTimeout: Duration
+    /// How long after `applicationDidEnterBackground` the connection stays open; once it is closed, the server pushes.
+    public var backgroundGrace: Duration
+    /// REST and WebSocket: the system's networking unless a test scripts its own.
+    public var transport: any BeaconTransport
 
     public init(
         appKey: String, serverURL: URL, apnsCertName: String? = nil, timeZone: String = TimeZone.current.identifier,
         deviceID: String? = nil, storage: any InstallationStorage = UserDefaultsStorage(), loginTimeout: Duration = .seconds(15),
-        reconnectDelay: Duration = .milliseconds(100), maxReconnectDelay: Duration = .seconds(10)
+        reconnectDelay: Duration = .milliseconds(200), maxReconnectDelay: Duration = .seconds(10),
+        heartbeatInterval: Duration = .seconds(30), heartbeatTimeout: Duration = .seconds(10), backgroundGrace: Duration = .seconds(2),
+        transport: any BeaconTransport = SystemTransport()
     ) {
         self.appKey = appKey
         self.serverURL = serverURL
@@ -42,6 +49,10 @@ public struct BeaconOptions: Sendable {
         self.loginTimeout = loginTimeout
         self.reconnectDelay = reconnectDelay
         self.maxReconnectDelay = maxReconnectDelay
+        self.heartbeatInterval = heartbeatInterval
+        self.heartbeatTimeout = heartbeatTimeout
+        self.backgroundGrace = backgroundGrace
+        self.transport = transport
     }
 
     /// `org/app`, the path prefix of every REST call.
@@ -49,14 +60,14 @@ public struct BeaconOptions: Sendable {
 
     /// The app's WebSocket URL for this device (`ws`, or `wss` after an `https` server URL); nil when `serverURL` cannot
     /// make one.
-    func webSocketURL(readsSince: Int64) -> String? {
+    func webSocketURL(readsSince: Int64) -> URL? {
         guard
             var url = URLComponents(
                 url: serverURL.appendingPathComponent(appPath).appendingPathComponent("ws"), resolvingAgainstBaseURL: false)
         else { return nil }
         url.scheme = url.scheme == "https" ? "wss" : "ws"
         url.queryItems = [URLQueryItem(name: "device_id", value: deviceID), URLQueryItem(name: "reads_since", value: String(readsSince))]
-        return url.string
+        return url.url
     }
 
     /// This installation's device id for `appKey`: made once, then read back from `storage`.
@@ -84,6 +95,20 @@ public enum BeaconClientError: Error, Sendable, Equatable {
     /// The server logged this user out (kicked, or the account was deleted); log in again.
     case kicked
     case badResponse(String)
+}
+
+/// Where the connection stands (`BeaconClient.states`).
+public enum ConnectionState: Sendable, Hashable {
+    /// No user: nothing to connect.
+    case loggedOut
+    /// Opening a connection.
+    case connecting
+    /// Connected: messages arrive live, and the server does not push to this device.
+    case connected
+    /// Between attempts, after a failed or dropped connection (a network change cuts the wait short).
+    case waitingToReconnect
+    /// The app is in the background and the connection closed: the server pushes until the app comes back.
+    case suspended
 }
 
 /// What happens to the connection, for UI and tests.

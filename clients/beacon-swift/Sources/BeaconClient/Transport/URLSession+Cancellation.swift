@@ -10,7 +10,7 @@ extension URLSession {
     /// On Linux, cancelling a task while FoundationNetworking completes its request deadlocks the process: the cancel
     /// handler runs under the task's status lock and waits (`DispatchQueue.sync`) for the session's queue, which is
     /// resuming the task's continuation and waits for that lock. Seen as a whole test run hanging with no output.
-    package func dataIgnoringCancellation(for request: URLRequest) async throws -> (Data, URLResponse) {
+    func dataIgnoringCancellation(for request: URLRequest) async throws -> (Data, URLResponse) {
         try await Task { try await self.data(for: request) }.value
     }
 }

@@ -1,10 +1,6 @@
 import BeaconCore
 import BeaconProtocol
 import Foundation
-import HTTPTypes
-import HummingbirdWSClient
-import Logging
-import Synchronization
 
 /// `BeaconClient.messages`: the messages for this device, in order. Iterate it from one task. Asking for the next
 /// message tells the client that the app finished with the previous one, which is then acknowledged to the server.
@@ -25,7 +21,7 @@ public struct MessageStream: AsyncSequence, Sendable {
         private struct Reference: @unchecked Sendable {  // BeaconClient is an actor: sendable; the box only holds it weakly
             weak var client: BeaconClient?
         }
-        private let reference = Mutex(Reference())
+        private let reference = Locked(Reference())
         func attach(_ client: BeaconClient) { reference.withLock { $0.client = client } }
         var client: BeaconClient? { reference.withLock { $0.client } }
     }
@@ -40,15 +36,30 @@ public struct MessageStream: AsyncSequence, Sendable {
         var handedOut: (seq: Int64, session: Int)?
 
         public mutating func next() async -> Message? {
-            await next(isolation: nil)
+            await Self.report(taken(), to: owner)
+            return handOut(await deliveries.next())
         }
 
+        /// `next()` on the caller's actor (AsyncStream's own form is there from iOS 18 and macOS 15).
+        @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, *)
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Message? {
-            if let taken = handedOut {
-                handedOut = nil
-                await owner.client?.taken(taken.seq, session: taken.session)
-            }
-            guard let delivery = await deliveries.next(isolation: actor) else { return nil }
+            await Self.report(taken(), to: owner)
+            return handOut(await deliveries.next(isolation: actor))
+        }
+
+        /// Asking for the next message means the app finished with the one handed out before.
+        private mutating func taken() -> (seq: Int64, session: Int)? {
+            defer { handedOut = nil }
+            return handedOut
+        }
+
+        private static func report(_ taken: (seq: Int64, session: Int)?, to owner: Owner) async {
+            guard let taken else { return }
+            await owner.client?.taken(taken.seq, session: taken.session)
+        }
+
+        private mutating func handOut(_ delivery: Delivery?) -> Message? {
+            guard let delivery else { return nil }
             handedOut = delivery.seq.map { ($0, delivery.session) }
             return delivery.message
         }
