@@ -147,7 +147,7 @@ extension BeaconClient {
             continuation.resume(
                 returning: Message(
                     id: UInt64(messageID) ?? 0, from: username ?? "", to: draft.to, chatType: draft.chatType, type: draft.content.type,
-                    body: draft.content.body, ext: draft.ext, timestamp: timestamp, onlineOnly: draft.onlineOnly))
+                    body: draft.content.body, ext: draft.sentExt, timestamp: timestamp, onlineOnly: draft.onlineOnly))
         case .synced(let seq):
             // Everything up to `seq` was sent before this frame (this device's own messages are not: nothing to deliver).
             lastSeq = max(lastSeq, seq)

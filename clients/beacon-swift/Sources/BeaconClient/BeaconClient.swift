@@ -188,7 +188,7 @@ public actor BeaconClient {
         let id = UUID().uuidString.lowercased()
         let request = ClientFrame.SendRequest(
             id: id, to: draft.to, chatType: draft.chatType, type: draft.content.type, body: draft.content.body,
-            ext: draft.ext.isEmpty ? nil : draft.ext, routetype: draft.onlineOnly ? RouteType.online : nil)
+            ext: draft.sentExt.isEmpty ? nil : draft.sentExt, routetype: draft.onlineOnly ? RouteType.online : nil)
         pendingDrafts[id] = draft
         return try await withCheckedThrowingContinuation { continuation in
             pendingSends[id] = continuation

@@ -94,17 +94,27 @@ public struct OutgoingChatMessage: Sendable, Hashable {
     public var to: String
     public var chatType: ChatType
     public var content: MessageContent
+    /// The message's own `ext`, as the receivers get it.
     public var ext: [String: JSONValue]
+    /// How the receivers are notified; its keys (`MessagePushOptions.ext`) take the place of the same keys in `ext`.
+    public var push: MessagePushOptions
     /// Deliver to online devices only (`ROUTE_ONLINE`): not stored, not pushed.
     public var onlineOnly: Bool
 
-    public init(to: String, chatType: ChatType = .chat, content: MessageContent, ext: [String: JSONValue] = [:], onlineOnly: Bool = false) {
+    public init(
+        to: String, chatType: ChatType = .chat, content: MessageContent, ext: [String: JSONValue] = [:],
+        push: MessagePushOptions = MessagePushOptions(), onlineOnly: Bool = false
+    ) {
         self.to = to
         self.chatType = chatType
         self.content = content
         self.ext = ext
+        self.push = push
         self.onlineOnly = onlineOnly
     }
+
+    /// `ext` with the push options' keys.
+    var sentExt: [String: JSONValue] { ext.merging(push.ext) { _, typed in typed } }
 }
 
 extension Message {
