@@ -18,7 +18,9 @@ import Testing
                     backgroundGrace: .milliseconds(100)))
             try await client.registerForRemoteNotifications(deviceToken: Data(repeating: 0xab, count: 32))
             try await client.login(username: "bob", password: "pw")
-            var messages = client.messages.makeAsyncIterator()
+            let messages = Collector(client.messages)
+            let states = Collector(client.states)
+            func texts() -> [MessageContent?] { messages.items.map(\.content) }
             func send(_ text: String) async throws {
                 let (status, _) = try await beacon.rest(
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string(text)]])
@@ -26,15 +28,14 @@ import Testing
             }
             // In the foreground: live, and not pushed.
             try await send("live")
-            #expect(await messages.next()?.content == .text("live"))
+            _ = try await messages.wait(count: 1)
             _ = try await beacon.deliveries(of: "bob") { $0.contains { $0["reason"] == "online" } }
 
             // To the background: the badge is reported, and after the grace the connection closes, so the next message is
             // pushed at once (not after the server notices a dead connection).
-            var states = client.states.makeAsyncIterator()
             await client.applicationDidEnterBackground(badge: 5)
             #expect(try await beacon.rest("GET", "/users/bob/push/badge").json["data"]?["badge"] == 5)
-            while await states.next() != .suspended {}
+            _ = try await states.wait { $0.last == .suspended }
             try await send("while away")
             try await waitUntil("the push to bob's phone", timeout: .seconds(20)) { !simulator.deliveries(deviceToken: Self.phone).isEmpty }
             let push = try #require(simulator.deliveries(deviceToken: Self.phone).first)
@@ -42,8 +43,9 @@ import Testing
 
             // Back: the connection opens again and syncs the message, without a new login.
             await client.applicationWillEnterForeground()
-            #expect(await messages.next()?.content == .text("while away"))
-            #expect(await client.state == .connected)
+            _ = try await messages.wait(count: 2)
+            #expect(texts() == [.text("live"), .text("while away")])
+            _ = try await states.wait { $0.last == .connected }
             await client.logout()
         }
     }
@@ -63,17 +65,17 @@ import Testing
                 return (client, beacon.port)
             }
             // The server is down: the client waits to reconnect, still logged in.
-            var states = client.states.makeAsyncIterator()
-            while await states.next() != .waitingToReconnect {}
+            let states = Collector(client.states)
+            _ = try await states.wait { $0.last == .waitingToReconnect }
             var restarted = options
             restarted.configure = { $0.port = port }
             try await TestBeacon.run(store: store, directory: directory, options: restarted) { beacon in
                 let (status, _) = try await beacon.rest(
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "after the restart"]])
                 #expect(status == 200)
-                var messages = client.messages.makeAsyncIterator()
-                #expect(await messages.next()?.content == .text("after the restart"))
-                #expect(await client.state == .connected)
+                let messages = try await Collector(client.messages).wait(count: 1)
+                #expect(messages.map(\.content) == [.text("after the restart")])
+                _ = try await states.wait { $0.last == .connected }
                 await client.logout()
             }
         }

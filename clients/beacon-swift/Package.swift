@@ -5,7 +5,7 @@ import PackageDescription
 /// package depends on it by path: the wire protocol has one source.
 let package = Package(
     name: "beacon-swift",
-    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
+    platforms: [.macOS(.v13), .iOS(.v16)],
     products: [
         // Connection, messaging, push tokens and settings, read state.
         .library(name: "BeaconClient", targets: ["BeaconClient"]),

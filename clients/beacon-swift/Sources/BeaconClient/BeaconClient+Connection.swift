@@ -4,53 +4,81 @@ import Foundation
 
 /// The connection's life: connect, read, heartbeat, reconnect with backoff.
 extension BeaconClient {
+    /// Starts a connection loop in place of any other; in the background, it closes again after the grace.
     func startConnection() {
-        connectionTask?.cancel()
-        connectionTask = Task { await self.connectionLoop() }
+        _ = stopConnection()
+        let generation = self.generation
+        connectionTask = Task { await self.connectionLoop(generation) }
+        if inBackground { closeAfterBackgroundGrace() }
     }
 
-    private func connectionLoop() async {
+    /// Ends the connection loop: from now on what it does touches nothing (its generation is over), and the sends waiting
+    /// on its connection fail. Returns its task, to wait for it.
+    func stopConnection() -> Task<Void, Never>? {
+        generation += 1
+        let task = connectionTask
+        connectionTask = nil
+        task?.cancel()
+        dropConnection()
+        return task
+    }
+
+    private func connectionLoop(_ generation: Int) async {
+        defer { if generation == self.generation { loopEnded() } }
         var backoff = ReconnectBackoff(initial: options.reconnectDelay, maximum: options.maxReconnectDelay)
-        while !Task.isCancelled, let token {
+        while !Task.isCancelled, generation == self.generation, let token {
             // Checked at login (`invalidServerURL`): the options do not change.
             guard let url = options.webSocketURL(readsSince: readsVersion) else { return }
             stopReconnecting = false
             enter(.connecting)
-            let sessionBefore = session
             do {
                 try await options.transport.webSocket(to: url, headers: ["Authorization": "Bearer \(token)"]) { connection in
-                    try await self.run(connection)
+                    try await self.run(connection, generation: generation)
                 }
             } catch is HeartbeatTimeout {
                 logger.info("no answer to the heartbeat: reconnecting")
             } catch {
                 logger.debug("connection failed", metadata: ["error": "\(error)"])
-                if connection == nil, await tokenWasRefused() { stopReconnecting = true }
+                if connection == nil, !Task.isCancelled, await tokenWasRefused(token) { stopReconnecting = true }
             }
+            guard generation == self.generation, !Task.isCancelled else { return }
             // A connection the server welcomed worked: the next attempt starts from the shortest delay. One that ended on
             // an unreadable frame backs off like a failed one instead of looping on it.
             let welcomed = connection != nil
-            disconnected()
+            dropConnection()
             if welcomed, !endedOnUnreadableFrame { backoff.reset() }
-            if stopReconnecting || Task.isCancelled || session != sessionBefore { return }
-            let wait = backoff.next(random: Double.random(in: 0...1))
+            if stopReconnecting || self.token == nil { return }
             enter(.waitingToReconnect)
-            let timer = Task { _ = try? await Task.sleep(for: wait) }
+            // Cut short by a network change (`networkDidBecomeAvailable`) or by the loop's end.
+            let timer = Task { [wait = backoff.next(random: Double.random(in: 0...1))] in _ = try? await Task.sleep(for: wait) }
             reconnectWait = timer
-            await timer.value
-            reconnectWait = nil
+            await withTaskCancellationHandler {
+                await timer.value
+            } onCancel: {
+                timer.cancel()
+            }
+            if generation == self.generation { reconnectWait = nil }
         }
     }
 
+    /// The current loop stopped by itself (kicked, replaced, the token refused): nothing reconnects until a login, or the
+    /// app's coming back to the foreground when the user is still logged in.
+    private func loopEnded() {
+        connectionTask = nil
+        dropConnection()
+        failWaitingForConnection(with: token == nil ? .notLoggedIn : .disconnected)
+        enter(.loggedOut)
+    }
+
     /// The life of one open WebSocket: its frames read in order while the heartbeat watches the server's silence.
-    private nonisolated func run(_ connection: WebSocketConnection) async throws {
+    private nonisolated func run(_ connection: WebSocketConnection, generation: Int) async throws {
         await opened()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await self.heartbeat(connection) }
             group.addTask {
                 for try await text in connection.frames {
                     switch await self.read(text) {
-                    case .frame(let frame): await self.handle(frame, on: connection)
+                    case .frame(let frame): await self.handle(frame, on: connection, generation: generation)
                     case .unknown: continue
                     case .unreadable: return  // ends the connection: nothing after it is acknowledged
                     }
@@ -66,21 +94,23 @@ extension BeaconClient {
     /// that, the connection is taken for dead (a half-open TCP connection, a network that changed) and thrown away.
     private nonisolated func heartbeat(_ connection: WebSocketConnection) async throws {
         let clock = ContinuousClock()
+        let interval = options.heartbeatInterval.bounded(below: .milliseconds(10))
+        let timeout = options.heartbeatTimeout.bounded(below: .milliseconds(10))
         // While a ping waits for its answer, the silence is looked at this often (any frame answers it).
-        let step = options.heartbeatTimeout / 10
+        let step = timeout / 10
         var pingSent: ContinuousClock.Instant?
         while true {
             let now = clock.now
             let heard = await lastHeardFromServer
             if let sent = pingSent, heard < sent {
-                guard now < sent + options.heartbeatTimeout else { throw HeartbeatTimeout() }
-                try await Task.sleep(until: min(sent + options.heartbeatTimeout, now + step), clock: clock)
-            } else if now >= heard + options.heartbeatInterval {
+                guard now < sent + timeout else { throw HeartbeatTimeout() }
+                try await Task.sleep(until: min(sent + timeout, now + step), clock: clock)
+            } else if now >= heard + interval {
                 pingSent = now
                 try await connection.send(ClientFrame.ping.json)
             } else {
                 pingSent = nil
-                try await Task.sleep(until: heard + options.heartbeatInterval, clock: clock)
+                try await Task.sleep(until: heard + interval, clock: clock)
             }
         }
     }
@@ -123,7 +153,9 @@ extension BeaconClient {
         return .unreadable
     }
 
-    private func handle(_ frame: ServerFrame, on connection: WebSocketConnection) async {
+    private func handle(_ frame: ServerFrame, on connection: WebSocketConnection, generation: Int) async {
+        // A loop already replaced (a new login, the background) may still read a frame or two: they are its own.
+        guard generation == self.generation else { return }
         switch frame {
         case .welcome(let username, _, let cursor):
             self.username = username
@@ -220,12 +252,14 @@ extension BeaconClient {
 
     /// After a failed connect: whether the server refuses the token (revoked, expired, user deleted). Then the client
     /// logs out as when kicked instead of retrying forever.
-    private func tokenWasRefused() async -> Bool {
-        guard token != nil, let username else { return false }
+    private func tokenWasRefused(_ refused: String) async -> Bool {
+        guard token == refused, let username else { return false }
         do {
             let _: JSONValue = try await request("GET", "users/\(username)", body: Optional<JSONValue>.none)
             return false
         } catch BeaconClientError.server(status: 401, _, _) {
+            // Meanwhile the app may have logged in with a fresh token: that one stands.
+            guard token == refused else { return false }
             token = nil
             eventSink.yield(.kicked)
             failPending(with: BeaconClientError.kicked)
@@ -235,11 +269,11 @@ extension BeaconClient {
         }
     }
 
-    private func disconnected() {
-        let wasConnected = connection != nil
+    /// The connection is gone: its sends waiting for an answer fail (they may or may not have been stored).
+    private func dropConnection() {
+        guard connection != nil || !pendingSends.isEmpty else { return }
+        if connection != nil { eventSink.yield(.disconnected) }
         connection = nil
-        if wasConnected { eventSink.yield(.disconnected) }
-        enter(token == nil ? .loggedOut : inBackground ? .suspended : .waitingToReconnect)
         for (id, continuation) in pendingSends {
             pendingDrafts[id] = nil
             continuation.resume(throwing: BeaconClientError.disconnected)
@@ -247,9 +281,12 @@ extension BeaconClient {
         pendingSends.removeAll()
     }
 
+    /// Returns once connected; throws `disconnected` at once when no connection is on its way (in the background, or after
+    /// the server ended the session).
     func waitUntilConnected() async throws {
         guard token != nil else { throw BeaconClientError.notLoggedIn }
         if connection != nil, username != nil { return }
+        guard connectionTask != nil else { throw BeaconClientError.disconnected }
         try await withCheckedThrowingContinuation { waitingForConnection.append($0) }
     }
 
@@ -273,6 +310,8 @@ extension BeaconClient {
     }
 
     func write(_ frame: ClientFrame, failing id: String) async {
+        // Already failed (the connection dropped before this ran): sent on a later connection, it would come twice.
+        guard pendingSends[id] != nil else { return }
         do {
             guard let connection else { throw BeaconClientError.disconnected }
             try await connection.send(frame.json)

@@ -21,7 +21,7 @@ public actor BeaconClient {
     /// badge), and after each connect those that moved while this device was away.
     public nonisolated let reads: AsyncStream<ReadState>
 
-    /// The connection's state as it changes (the newest first to a new iterator: `state`).
+    /// The connection's state as it changes, the current one first. Iterate it from one task (as `events` and `reads`).
     public nonisolated let states: AsyncStream<ConnectionState>
     /// The connection's state now.
     public internal(set) var state = ConnectionState.loggedOut
@@ -67,6 +67,8 @@ public actor BeaconClient {
     var inBackground = false
     /// Closes the connection once the background grace has passed.
     var backgroundClose: Task<Void, Never>?
+    /// Counts connection loops: a loop whose generation is over (replaced, stopped) changes nothing any more.
+    var generation = 0
 
     public init(options: BeaconOptions, logger: Logger = Logger(label: "beacon.client")) {
         self.options = options
@@ -106,6 +108,8 @@ public actor BeaconClient {
     /// `BeaconOptions.loginTimeout`.
     public func login(token: String, username: String) async throws {
         guard options.webSocketURL(readsSince: 0) != nil else { throw BeaconClientError.invalidServerURL }
+        await stopConnection()?.value
+        startSession()
         self.token = token
         self.username = username
         let user: JSONValue
@@ -118,7 +122,7 @@ public actor BeaconClient {
         }
         startConnection()
         // The wait for `welcome` is a continuation the connection loop resumes; the deadline fails it from outside.
-        let deadline = Task { [weak self, timeout = options.loginTimeout] in
+        let deadline = Task { [weak self, timeout = options.loginTimeout.bounded(below: .zero)] in
             guard (try? await Task.sleep(for: timeout)) != nil else { return }  // cancelled: connected in time
             await self?.failWaitingForConnection(with: .timedOut)
         }
@@ -147,7 +151,6 @@ public actor BeaconClient {
     public func logout() async {
         token = nil
         let task = connectionTask
-        connectionTask = nil
         backgroundClose?.cancel()
         if let connection {
             // Tell the server first and wait for its answer (bounded), so that it treats this device as offline
@@ -169,15 +172,19 @@ public actor BeaconClient {
                 group.cancelAll()
             }
         }
-        task?.cancel()
-        await task?.value
+        await stopConnection()?.value
         failPending(with: BeaconClientError.notLoggedIn)
         username = nil
-        // The next login may be another user (or this one on another inbox): its positions start from its `welcome`.
+        startSession()
+        enter(.loggedOut)
+    }
+
+    /// The next login may be another user (or this one on another inbox): its positions start from its `welcome`, and
+    /// messages of the session before acknowledge nothing.
+    private func startSession() {
         session += 1
         (lastSeq, takenSeq, ackedSeq, syncedSeq) = (0, 0, 0, 0)
         readsVersion = 0
-        enter(.loggedOut)
     }
 
     /// Sends a message; returns it as the server stored it (id, timestamp).

@@ -113,8 +113,13 @@ public struct OutgoingChatMessage: Sendable, Hashable {
         self.onlineOnly = onlineOnly
     }
 
-    /// `ext` with the push options' keys.
-    var sentExt: [String: JSONValue] { ext.merging(push.ext) { _, typed in typed } }
+    /// `ext` with the push options' keys; inside `em_apns_ext`, key by key (the app's own keys there stay).
+    var sentExt: [String: JSONValue] {
+        ext.merging(push.ext) { own, typed in
+            guard case .object(let ownKeys) = own, case .object(let typedKeys) = typed else { return typed }
+            return .object(ownKeys.merging(typedKeys) { _, typed in typed })
+        }
+    }
 }
 
 extension Message {

@@ -7,17 +7,13 @@ extension BeaconClient {
     /// server pushes from then on instead of waiting for the connection to time out. The user stays logged in.
     public func applicationDidEnterBackground(badge: Int? = nil) async {
         inBackground = true
+        closeAfterBackgroundGrace()
         if let badge, token != nil {
             do {
                 try await reportBadge(badge)
             } catch {
                 logger.warning("reporting the badge failed", metadata: ["error": "\(error)"])
             }
-        }
-        backgroundClose?.cancel()
-        backgroundClose = Task { [grace = options.backgroundGrace] in
-            guard (try? await Task.sleep(for: grace)) != nil else { return }  // cancelled: back in the foreground
-            await self.closeForBackground()
         }
     }
 
@@ -36,17 +32,26 @@ extension BeaconClient {
         reconnectWait?.cancel()
     }
 
+    /// Closes the connection after `backgroundGrace`, unless the app comes back first.
+    func closeAfterBackgroundGrace() {
+        backgroundClose?.cancel()
+        backgroundClose = Task { [grace = options.backgroundGrace.bounded(below: .zero)] in
+            guard (try? await Task.sleep(for: grace)) != nil else { return }  // cancelled: back in the foreground
+            await self.closeForBackground()
+        }
+    }
+
     private func closeForBackground() async {
-        guard inBackground, let task = connectionTask else { return }
-        connectionTask = nil
-        task.cancel()
-        await task.value
+        guard inBackground, connectionTask != nil else { return }
+        // Everything is decided before waiting for the loop's end: a foreground meanwhile starts a loop of its own.
+        let task = stopConnection()
         failWaitingForConnection(with: .disconnected)
         if token != nil { enter(.suspended) }
+        await task?.value
     }
 }
 
-#if canImport(UIKit) && !os(watchOS)
+#if canImport(UIKit) && os(iOS)
     import UIKit
 
     extension BeaconClient {

@@ -1,4 +1,4 @@
-#if canImport(UserNotifications)
+#if canImport(UserNotifications) && (os(iOS) || os(macOS))  // tvOS and watchOS lack parts of it
     import Foundation
     import UserNotifications
 
@@ -11,7 +11,7 @@
     ///     Task { contentHandler(await NotificationServiceHelper.content(for: request)) }
     /// }
     /// ```
-    @available(iOS 16.0, macOS 13.0, watchOS 9.0, tvOS 16.0, *)
+    @available(iOS 16.0, macOS 13.0, *)
     public enum NotificationServiceHelper {
         /// The notification to show: `request`'s content with the payload's image attached when it could be downloaded
         /// within `timeout` (iOS gives an extension about 30 seconds); the content unchanged otherwise.
@@ -32,7 +32,14 @@
             let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
             let request = URLRequest(url: url, cachePolicy: .useProtocolCachePolicy, timeoutInterval: seconds)
             do {
-                let (downloaded, response) = try await session.download(for: request)
+                // `timeoutInterval` bounds the silences only: the whole download is bounded by cancelling it.
+                let download = Task { try await session.download(for: request) }
+                let deadline = Task {
+                    try await Task.sleep(for: timeout)
+                    download.cancel()
+                }
+                defer { deadline.cancel() }
+                let (downloaded, response) = try await download.value
                 guard let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else { return nil }
                 let name = response.suggestedFilename ?? url.lastPathComponent
                 let file = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)

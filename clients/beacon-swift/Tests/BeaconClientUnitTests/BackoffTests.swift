@@ -27,4 +27,11 @@ import Testing
         #expect(backoff.next(random: 1) == .seconds(2))
         #expect(backoff.next(random: 1) == .seconds(2))
     }
+
+    @Test func negativeAndHugeDelaysAreBounded() {
+        var negative = ReconnectBackoff(initial: .seconds(-5), maximum: .seconds(-1))
+        #expect((0..<100).allSatisfy { _ in negative.next(random: 1) == .milliseconds(10) })
+        var huge = ReconnectBackoff(initial: .seconds(Int64.max), maximum: .seconds(Int64.max))
+        #expect((0..<100).allSatisfy { _ in huge.next(random: 1) == .seconds(86_400) })
+    }
 }

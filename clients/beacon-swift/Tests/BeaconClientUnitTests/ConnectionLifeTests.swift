@@ -66,7 +66,7 @@ import Testing
     }
 
     @Test func aHalfOpenConnectionIsFoundByTheHeartbeatAndReplaced() async throws {
-        let client = client(heartbeat: .milliseconds(30), heartbeatTimeout: .milliseconds(60))
+        let client = client(heartbeat: .milliseconds(30), heartbeatTimeout: .milliseconds(500))
         var connections = server.connections.makeAsyncIterator()
         let first = try await logIn(client, &connections)
         var sent = first.fromClient.makeAsyncIterator()
@@ -150,12 +150,98 @@ import Testing
         let client = client()
         var connections = server.connections.makeAsyncIterator()
         let first = try await logIn(client, &connections)
+        var states = client.states.makeAsyncIterator()
+        #expect(try await next(&states, "the state") == .connected)
         var sent = first.fromClient.makeAsyncIterator()
         async let logout: Void = client.logout()
         while try await next(&sent, "the logout frame") != .logout {}
         first.send(.closing(reason: "logout"))
         first.close()
         await logout
+        while try await next(&states, "logged out") != .loggedOut {}
+    }
+
+    @Test func aLogoutWhileWaitingToReconnectEndsAtOnce() async throws {
+        let client = client(reconnectDelay: .seconds(3600))
+        var connections = server.connections.makeAsyncIterator()
+        let first = try await logIn(client, &connections)
+        var states = client.states.makeAsyncIterator()
+        first.drop()
+        while try await next(&states, "waiting to reconnect") != .waitingToReconnect {}
+        // Before: logout waited out the whole reconnect delay.
+        try await withBound("the logout") { await client.logout() }
         #expect(await client.state == .loggedOut)
+    }
+
+    @Test func sendingInTheBackgroundFailsAtOnceInsteadOfWaitingForTheForeground() async throws {
+        let client = client()
+        var connections = server.connections.makeAsyncIterator()
+        let first = try await logIn(client, &connections)
+        await client.applicationDidEnterBackground()
+        var closed = first.closed.makeAsyncIterator()
+        _ = await closed.next()
+        try await withBound("the refused send") {
+            await #expect(throws: BeaconClientError.disconnected) {
+                try await client.send(OutgoingChatMessage(to: "bob", content: .text("from the lock screen")))
+            }
+        }
+    }
+
+    @Test func aForegroundDuringTheBackgroundCloseLeavesOneConnectedLoop() async throws {
+        let client = client()
+        var connections = server.connections.makeAsyncIterator()
+        let first = try await logIn(client, &connections)
+        await client.applicationDidEnterBackground()
+        // The close has begun (the first connection is being torn down) when the app comes back.
+        var closed = first.closed.makeAsyncIterator()
+        _ = await closed.next()
+        await client.applicationWillEnterForeground()
+        let second = try await next(&connections, "the foreground's connection")
+        second.welcome()
+        var states = client.states.makeAsyncIterator()
+        while try await next(&states, "connected") != .connected {}
+        // A send goes through the second connection and is answered there.
+        async let sent = client.send(OutgoingChatMessage(to: "bob", content: .text("back")))
+        var frames = second.fromClient.makeAsyncIterator()
+        guard case .send(let request) = try await next(&frames, "the send") else {
+            Issue.record("not a send")
+            return
+        }
+        second.send(.sent(id: request.id, messageID: "9", timestamp: 1))
+        #expect(try await sent.id == 9)
+        #expect(await client.state == .connected)
+    }
+
+    @Test func aReplacedConnectionEndsTheLoopAndTheForegroundStartsAgain() async throws {
+        let client = client()
+        var connections = server.connections.makeAsyncIterator()
+        let first = try await logIn(client, &connections)
+        var states = client.states.makeAsyncIterator()
+        first.send(.closing(reason: "replaced"))
+        first.close()
+        while try await next(&states, "the end of the session") != .loggedOut {}
+        try await withBound("the refused send") {
+            await #expect(throws: BeaconClientError.disconnected) {
+                try await client.send(OutgoingChatMessage(to: "bob", content: .text("x")))
+            }
+        }
+        await client.applicationWillEnterForeground()
+        _ = try await next(&connections, "a connection when the app comes back")
+    }
+}
+
+/// Runs `body`, failing after `limit` instead of hanging.
+func withBound(_ what: String, _ limit: Duration = .seconds(10), _ body: @escaping @Sendable () async throws -> Void) async throws {
+    try await withThrowingTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            try await body()
+            return true
+        }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return false
+        }
+        defer { group.cancelAll() }
+        guard try await group.next() == true else { throw TimedOut(what: what) }
     }
 }

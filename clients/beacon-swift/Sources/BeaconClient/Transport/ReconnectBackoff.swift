@@ -6,9 +6,9 @@ struct ReconnectBackoff: Sendable {
     private var ceiling: Duration
 
     init(initial: Duration, maximum: Duration) {
-        self.initial = initial
-        self.maximum = max(initial, maximum)
-        ceiling = initial
+        self.initial = initial.bounded(below: .milliseconds(10))
+        self.maximum = maximum.bounded(below: self.initial)
+        ceiling = self.initial
     }
 
     /// The wait before the next attempt; `random` is in [0, 1] (`Double.random(in: 0...1)` outside tests).
@@ -21,5 +21,13 @@ struct ReconnectBackoff: Sendable {
     /// After a connection that worked: the next wait starts from `initial` again.
     mutating func reset() {
         ceiling = initial
+    }
+}
+
+extension Duration {
+    /// Within [`lowest`, one day]: the options' durations are the app's to set, and a negative delay would spin a loop
+    /// while `.seconds(Int64.max)` would trap in a sleep's deadline.
+    func bounded(below lowest: Duration) -> Duration {
+        min(max(self, lowest), .seconds(86_400))
     }
 }
