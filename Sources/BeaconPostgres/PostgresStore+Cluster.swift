@@ -200,15 +200,8 @@ extension PostgresStore: ClusterStore {
     public func connections(of usernames: [String], app: Int64) async throws -> [String: [String: DeviceConnection]] {
         guard !usernames.isEmpty else { return [:] }
         var found: [String: [String: DeviceConnection]] = [:]
-        for row in try await rows(
-            """
-            SELECT username, device_id, node_epoch, connection_id, connected_at FROM device_presence
-            WHERE app_id = \(app) AND username = ANY(\(usernames))
-            """)
-        {
-            found[try row["username"].decode(String.self), default: [:]][try row["device_id"].decode(String.self)] = DeviceConnection(
-                node: try row["node_epoch"].decode(Int64.self), id: try row["connection_id"].decode(Int64.self),
-                openedAt: try row["connected_at"].decode(Int64.self))
+        for (username, device, node, id, openedAt) in try await rows(Connections(app: app, usernames: usernames)) {
+            found[username, default: [:]][device] = DeviceConnection(node: node, id: id, openedAt: openedAt)
         }
         return found
     }

@@ -17,13 +17,10 @@ extension PostgresStore {
         return try await transaction { connection in
             if let receipt {
                 // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
-                let inserted = try await connection.query(
-                    """
-                    INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at)
-                    VALUES (\(app), \(receipt.scope), \(receipt.reference), \(resultsText), \(receipt.now))
-                    ON CONFLICT DO NOTHING RETURNING 1
-                    """, logger: logger
-                ).collect().count
+                let inserted = try await connection.rows(
+                    InsertReceipt(app: app, scope: receipt.scope, reference: receipt.reference, messageIDs: resultsText, now: receipt.now),
+                    logger: logger
+                ).count
                 if inserted == 0 {
                     let earlier =
                         try await connection.query(
@@ -35,13 +32,15 @@ extension PostgresStore {
                     return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
             }
-            return .stored(try await insert(encoded, app: app, connection: connection))
+            let (entries, routed) = try await insert(encoded, app: app, connection: connection)
+            return .stored(entries, routed: routed)
         }
     }
 
-    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and pending routes.
+    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has
+    /// a push configuration, the pending routes of those that route pushes (their ids returned).
     func insert(_ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, connection: PostgresConnection)
-        async throws -> [InboxEntry]
+        async throws -> (entries: [InboxEntry], routed: Set<UInt64>)
     {
         let messages = encoded.map(\.new)
         // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
@@ -53,21 +52,12 @@ extension PostgresStore {
         var firstSeq: [String: Int64] = [:]
         if !receivers.isEmpty {
             let amounts = receivers.map { Int64(counts[$0] ?? 0) }
-            let rows = try await connection.query(
-                """
-                WITH wanted AS (SELECT * FROM unnest(\(receivers)::text[], \(amounts)::bigint[]) AS w(username, amount)),
-                locked AS (
-                    SELECT u.username FROM users u JOIN wanted w ON w.username = u.username
-                    WHERE u.app_id = \(app) ORDER BY u.username FOR NO KEY UPDATE OF u)
-                UPDATE users u SET inbox_seq = u.inbox_seq + w.amount FROM wanted w, locked l
-                WHERE u.app_id = \(app) AND u.username = w.username AND l.username = w.username
-                RETURNING u.username, u.inbox_seq - w.amount AS before
-                """, logger: logger
-            ).collect()
-            for row in rows {
-                let (username, before) = try row.decode((String, Int64).self)
-                firstSeq[username] = before
-            }
+            let reserved = try await connection.rows(ReserveSequences(app: app, usernames: receivers, amounts: amounts), logger: logger)
+            for (username, before) in reserved { firstSeq[username] = before }
+        }
+        // Sorted, so that which missing user is named does not depend on the order of the rows.
+        if let missing = messages.flatMap(\.deliveries).filter({ $0.required && firstSeq[$0.username] == nil }).map(\.username).min() {
+            throw BeaconError(.userNotFound, "user \(missing) does not exist")
         }
         var entries: [InboxEntry] = []
         var messageRows:
@@ -112,30 +102,27 @@ extension PostgresStore {
                 routes.created.append(message.timestamp)
             }
         }
-        try await connection.query(
-            """
-            INSERT INTO messages (app_id, id, sender, recipient, chat_type, type, body, ext, timestamp)
-            SELECT \(app), * FROM unnest(\(messageRows.ids)::bigint[], \(messageRows.senders)::text[], \(messageRows.recipients)::text[],
-                \(messageRows.chatTypes)::text[], \(messageRows.types)::text[], \(messageRows.bodies)::text[], \(messageRows.exts)::text[],
-                \(messageRows.timestamps)::bigint[])
-            """, logger: logger)
+        _ = try await connection.rows(
+            InsertMessages(
+                app: app, ids: messageRows.ids, senders: messageRows.senders, recipients: messageRows.recipients,
+                chatTypes: messageRows.chatTypes, types: messageRows.types, bodies: messageRows.bodies, exts: messageRows.exts,
+                timestamps: messageRows.timestamps), logger: logger)
         if !inboxRows.seqs.isEmpty {
-            try await connection.query(
-                """
-                INSERT INTO inbox (app_id, username, seq, message_id, conversation, chat_type, origin_device, created_at, counts)
-                SELECT \(app), u, s, i, c, t, NULLIF(o, ''), a, n FROM unnest(\(inboxRows.usernames)::text[], \(inboxRows.seqs)::bigint[],
-                    \(inboxRows.ids)::bigint[], \(inboxRows.conversations)::text[], \(inboxRows.chatTypes)::text[],
-                    \(inboxRows.origins)::text[], \(inboxRows.created)::bigint[], \(inboxRows.counts)::boolean[]) AS r(u, s, i, c, t, o, a, n)
-                """, logger: logger)
+            _ = try await connection.rows(
+                InsertInboxEntries(
+                    app: app, usernames: inboxRows.usernames, seqs: inboxRows.seqs, ids: inboxRows.ids,
+                    conversations: inboxRows.conversations, chatTypes: inboxRows.chatTypes, origins: inboxRows.origins,
+                    created: inboxRows.created, counts: inboxRows.counts), logger: logger)
         }
+        var routed: Set<UInt64> = []
         if !routes.ids.isEmpty {
-            try await connection.query(
-                """
-                INSERT INTO pending_routes (app_id, message_id, created_at)
-                SELECT \(app), * FROM unnest(\(routes.ids)::bigint[], \(routes.created)::bigint[])
-                """, logger: logger)
+            let inserted = try await connection.rows(
+                InsertPendingRoutes(app: app, ids: routes.ids, created: routes.created), logger: logger
+            )
+            .count
+            if inserted > 0 { routed = Set(encoded.filter(\.new.routesPushes).map(\.new.message.id)) }
         }
-        return entries
+        return (entries, routed)
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

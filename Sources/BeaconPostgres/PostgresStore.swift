@@ -265,8 +265,7 @@ public final class PostgresStore: BeaconStore {
     }
 
     public func user(_ username: String, app: Int64) async throws -> UserRecord? {
-        try await rows("SELECT \(unescaped: Self.userColumns) FROM users WHERE app_id = \(app) AND username = \(username)").first.map(
-            Self.userRecord)
+        try await rows(UserByName(app: app, username: username)).first
     }
 
     public func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord] {

@@ -30,13 +30,15 @@ extension SQLiteStore {
                     sql: "INSERT INTO send_receipts (app_id, scope, reference, message_ids, created_at) VALUES (?, ?, ?, ?, ?)",
                     arguments: [app, receipt.scope, receipt.reference, resultsText, receipt.now])
             }
-            return .stored(try Self.insert(encoded, app: app, db: db))
+            let (entries, routed) = try Self.insert(encoded, app: app, db: db)
+            return .stored(entries, routed: routed)
         }
     }
 
-    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and pending routes.
+    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has
+    /// a push configuration, the pending routes of those that route pushes (their ids returned).
     static func insert(_ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, db: Database) throws
-        -> [InboxEntry]
+        -> (entries: [InboxEntry], routed: Set<UInt64>)
     {
         let insertMessage = try db.cachedStatement(
             sql: """
@@ -51,7 +53,11 @@ extension SQLiteStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         let insertRoute = try db.cachedStatement(sql: "INSERT INTO pending_routes (app_id, message_id, created_at) VALUES (?, ?, ?)")
+        let routes =
+            try encoded.contains { $0.new.routesPushes }
+            && Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM push_configs WHERE app_id = ?)", arguments: [app]) == true
         var entries: [InboxEntry] = []
+        var routed: Set<UInt64> = []
         for (new, id, body, ext) in encoded {
             let message = new.message
             try insertMessage.execute(arguments: [
@@ -59,7 +65,10 @@ extension SQLiteStore {
             ])
             let countsAsUnread = message.countsAsUnread
             for delivery in new.deliveries {
-                guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else { continue }
+                guard let seq = try Int64.fetchOne(nextSeq, arguments: [app, delivery.username]) else {
+                    if delivery.required { throw BeaconError(.userNotFound, "user \(delivery.username) does not exist") }
+                    continue
+                }
                 try insertEntry.execute(arguments: [
                     app, delivery.username, seq, id, message.conversation(for: delivery.username).description,
                     message.chatType.rawValue,
@@ -67,11 +76,12 @@ extension SQLiteStore {
                 ])
                 entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
             }
-            if new.routesPushes {
+            if routes, new.routesPushes {
                 try insertRoute.execute(arguments: [app, id, message.timestamp])
+                routed.insert(message.id)
             }
         }
-        return entries
+        return (entries, routed)
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

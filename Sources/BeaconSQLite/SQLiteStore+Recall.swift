@@ -59,7 +59,7 @@ extension SQLiteStore {
             try db.execute(sql: "DELETE FROM messages WHERE app_id = ? AND id = ?", arguments: [app, id])
             var notice = encoded
             notice[0].new.deliveries = holders.map { Delivery(username: $0, originDevice: Delivery.noticeOrigin) }
-            let entries = try Self.insert(notice, app: app, db: db)
+            let entries = try Self.insert(notice, app: app, db: db).entries
             // After the deletion: each withdrawal carries its receiver's badge without the recalled message.
             let withdrawals = pushed.map { recall.withdrawal($0.job) }
             try Self.insertJobs(

@@ -80,7 +80,9 @@ final class MessageService: Sendable {
             guard !targets.isEmpty, targets.count <= Validation.maxUserTargets else {
                 throw BeaconError.illegal("to must name 1-\(Validation.maxUserTargets) users")
             }
-            let existing = try await store.existingUsers(targets, app: app.id)
+            // A stored message finds out whether each peer exists as it is stored (`Delivery.required`); one only delivered
+            // to online devices asks first.
+            let existing = outgoing.onlineOnly ? try await store.existingUsers(targets, app: app.id) : Set(targets)
             // A user (`enforceMembership`) is not told which names exist: a message to one that does not reaches nobody but
             // the sender's own devices, and is answered like any other. The app is told (`user_not_found`).
             if !enforceMembership, let missing = targets.first(where: { !existing.contains($0) }) {
@@ -151,8 +153,10 @@ final class MessageService: Sendable {
             }
             return messages.map { SentMessage(target: $0.0.to, id: $0.0.id, timestamp: $0.0.timestamp) }
         }
+        // An app's peers must exist (`user_not_found`, nothing stored); a user's send is not told (see `validateTargets`).
+        let required = outgoing.chatType == .chat && !enforceMembership
         let new = messages.map { message, recipients in
-            var deliveries = recipients.map { Delivery(username: $0) }
+            var deliveries = recipients.map { Delivery(username: $0, required: required) }
             if outgoing.copyToSender && !recipients.contains(outgoing.from) {
                 deliveries.append(Delivery(username: outgoing.from, originDevice: outgoing.originDevice))
             }
@@ -162,13 +166,16 @@ final class MessageService: Sendable {
         switch try await store.append(new, app: app.id, receipt: receipt) {
         case .repeated(let earlier):
             return Self.sentMessages(earlier)
-        case .stored(let entries):
+        case .stored(let entries, let routed):
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             await switchboard.deliver(entries, app: app.id)
             if let router {
-                for (message, recipients) in messages where PushDecision.mayPush(message) && !recipients.isEmpty {
+                // The recipients that exist: those given an inbox entry.
+                let stored = Dictionary(grouping: entries, by: \.message.id).mapValues { Set($0.map(\.username)) }
+                for (message, recipients) in messages where routed.contains(message.id) {
                     do {
-                        try await router.route(message, recipients: recipients.filter { $0 != message.from }, app: app)
+                        let existing = recipients.filter { $0 != message.from && stored[message.id]?.contains($0) == true }
+                        try await router.route(message, recipients: existing, app: app)
                     } catch {
                         // The message is stored with its pending route: the router's sweep decides its pushes shortly.
                         logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])

@@ -5,8 +5,9 @@ import BeaconCore
 public protocol MessageStore: Sendable {
     /// Stores every message with its inbox copies, all or nothing (deliveries to users that do not exist are skipped).
     /// With a `receipt` whose reference was stored before in its scope, stores nothing and answers the earlier message
-    /// ids. A message that `routesPushes` gets a pending route in the same transaction, so that a crash before its
-    /// pushes are decided loses none (`pendingRoutes`, `recordRoute`).
+    /// ids. A message that `routesPushes` gets a pending route in the same transaction when the app has a push
+    /// configuration (`AppendResult.stored`'s `routed`), so that a crash before its pushes are decided loses none
+    /// (`pendingRoutes`, `recordRoute`); without one there is nothing to decide, and no route is written.
     func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult
     /// The message ids by target of the send stored under `scope` and `reference` (`SendReceipt`), nil when none was.
     func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]?
@@ -48,7 +49,8 @@ public protocol MessageStore: Sendable {
 extension MessageStore {
     /// Stores one message that pushes nobody.
     public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
-        guard case .stored(let entries) = try await append([NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)
+        guard
+            case .stored(let entries, _) = try await append([NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)
         else { return [] }
         return entries
     }
@@ -64,10 +66,14 @@ public struct Delivery: Sendable, Hashable {
     /// The origin of the entries of notices Beacon writes (`RecallNotice`): a device id no device may have, so every
     /// device gets them, and not counted as received (`offlineCount`), as no one sent them to the user.
     public static let noticeOrigin = "beacon:notice"
+    /// The user must exist: if not, `append` stores nothing and throws `user_not_found` (an app's send to a name that
+    /// is nobody's). Otherwise a delivery to a user that does not exist is skipped (a user's send is not told).
+    public var required: Bool
 
-    public init(username: String, originDevice: String? = nil) {
+    public init(username: String, originDevice: String? = nil, required: Bool = false) {
         self.username = username
         self.originDevice = originDevice
+        self.required = required
     }
 }
 
@@ -165,8 +171,9 @@ public struct SendReceipt: Sendable, Hashable {
 
 /// What `append` did.
 public enum AppendResult: Sendable, Hashable {
-    /// The messages are stored; their inbox entries, with sequence numbers.
-    case stored([InboxEntry])
+    /// The messages are stored; their inbox entries, with sequence numbers, and the messages given a pending route (their
+    /// pushes are to be decided).
+    case stored([InboxEntry], routed: Set<UInt64>)
     /// The receipt's reference was seen before: the earlier send's message ids by target; nothing was stored.
     case repeated([String: UInt64])
 }

@@ -58,6 +58,7 @@ import Testing
         try await withSimulator { simulator in
             try await TestBeacon.run(clock: clock, push: simulator, hooks: hooks, logger: lines.logger()) { beacon in
                 try await beacon.createUsers("alice", "bob")
+                try await beacon.uploadP8()  // an app without a push configuration routes nothing
                 let (status, answer) = try await beacon.rest(
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "my PIN is 4711"]])
                 #expect(status == 200, "\(answer)")

@@ -23,6 +23,11 @@ private func makeApp(_ store: any BeaconStore) async throws -> AppRecord {
         AppKey(org: "acme", name: "chat"), clientID: "id", clientSecretHash: "h", limits: .default, now: now)
     _ = try await store.createUsers(
         ["alice", "bob", "carol"].map { NewUser(username: $0, passwordHash: "h") }, app: app.id, now: now)
+    // Without a push configuration, no message of the app gets a pending route.
+    try await store.savePushConfig(
+        PushConfigRecord(
+            appID: app.id, name: "n", kind: .p8, environment: "development", bundleID: "com.example", voip: false, keyID: "K",
+            teamID: "T", sealedSecret: [1], expiresAt: nil, createdAt: now))
     return app
 }
 

@@ -12,7 +12,7 @@ import Testing
     @Test(arguments: StoreKind.available)
     func pushConfigurationsAreSavedReplacedAndDeleted(kind: StoreKind) async throws {
         try await kind.withStore { store in
-            let app = try await makeApp(store)
+            let app = try await makeApp(store, pushConfig: false)
             var config = PushConfigRecord(
                 appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K", teamID: "T",
                 sealedSecret: [1, 2, 3], expiresAt: nil, createdAt: now)
@@ -178,6 +178,34 @@ import Testing
             #expect(try await !store.recordRoute(route, app: app.id))  // decided once
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
             #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func anAppWithoutAPushConfigurationGetsNoPendingRoutes(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store, pushConfig: false)
+            try await makeUsers(store, app, ["alice", "bob"])
+            let new = [NewMessage(message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)]
+            #expect(
+                try await store.append(new, app: app.id, receipt: nil)
+                    == .stored(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 1), routed: []))
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+            // With one, the next message is routed (and one that does not route pushes is not).
+            try await store.savePushConfig(
+                PushConfigRecord(
+                    appID: app.id, name: "ios", kind: .p8, environment: "development", bundleID: "com.x", voip: false, keyID: "K",
+                    teamID: "T", sealedSecret: [1], expiresAt: nil, createdAt: now))
+            let two = [
+                NewMessage(message: text(8, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true),
+                NewMessage(message: text(9, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
+            ]
+            guard case .stored(_, let routed) = try await store.append(two, app: app.id, receipt: nil) else {
+                Issue.record("expected stored")
+                return
+            }
+            #expect(routed == [8])
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).map(\.message.id) == [8])
         }
     }
 
