@@ -55,9 +55,9 @@ extension PostgresStore {
             let reserved = try await connection.rows(ReserveSequences(app: app, usernames: receivers, amounts: amounts), logger: logger)
             for (username, before) in reserved { firstSeq[username] = before }
         }
-        // Sorted, so that which missing user is named does not depend on the order of the rows.
-        if let missing = messages.flatMap(\.deliveries).filter({ $0.required && firstSeq[$0.username] == nil }).map(\.username).min() {
-            throw BeaconError(.userNotFound, "user \(missing) does not exist")
+        // The first missing in the messages' order, as SQLite names it.
+        if let missing = messages.lazy.flatMap(\.deliveries).first(where: { $0.required && firstSeq[$0.username] == nil }) {
+            throw BeaconError(.userNotFound, "user \(missing.username) does not exist")
         }
         var entries: [InboxEntry] = []
         var messageRows:

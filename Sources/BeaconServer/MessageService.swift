@@ -123,12 +123,13 @@ final class MessageService: Sendable {
     {
         let sender = enforceMembership ? outgoing.from : nil
         let recipients: [String: [String]]
+        let moreDeliveries: Int
         do {
             // One delivery first, before any read (a refused send is paced too), the rest once the recipients are known.
             try limiter.admit(app: app.id, user: sender, deliveries: 1, now: clock())
             recipients = try await validateTargets(targets, for: outgoing, app: app, enforceMembership: enforceMembership)
-            try limiter.admit(
-                app: app.id, user: sender, deliveries: recipients.values.reduce(0) { $0 + max($1.count, 1) } - 1, now: clock())
+            moreDeliveries = recipients.values.reduce(0) { $0 + max($1.count, 1) } - 1
+            try limiter.admit(app: app.id, user: sender, deliveries: moreDeliveries, now: clock())
         } catch let error as BeaconError where error.code == .tooManyRequests {
             // A retry of a stored send is answered with its messages, as promised, however fast its sender goes.
             guard let receipt, let earlier = try await store.sentMessages(scope: receipt.scope, reference: receipt.reference, app: app.id)
@@ -163,7 +164,15 @@ final class MessageService: Sendable {
             let routesPushes = router != nil && PushDecision.mayPush(message) && !recipients.isEmpty
             return NewMessage(message: message, deliveries: deliveries, routesPushes: routesPushes)
         }
-        switch try await store.append(new, app: app.id, receipt: receipt) {
+        let appended: AppendResult
+        do {
+            appended = try await store.append(new, app: app.id, receipt: receipt)
+        } catch let error as BeaconError where error.code == .userNotFound {
+            // Found out by the append (an app's send to a peer that does not exist): paced like a refused send, one delivery.
+            limiter.refund(app: app.id, user: sender, deliveries: moreDeliveries)
+            throw error
+        }
+        switch appended {
         case .repeated(let earlier):
             return Self.sentMessages(earlier)
         case .stored(let entries, let routed):

@@ -132,4 +132,11 @@ final class SendLimiter: Sendable {
             throw BeaconError(.tooManyRequests, "this app is sending too fast; slow down")
         }
     }
+
+    /// Gives back `deliveries` that `admit` took for a send refused further on (nothing stored).
+    func refund(app: Int64, user: String?, deliveries: Int) {
+        guard deliveries > 0 else { return }
+        if let user { perUser?.give(deliveries, key: "\(app)/\(user)") }
+        perApp?.give(deliveries, key: String(app))
+    }
 }

@@ -95,6 +95,25 @@ import Testing
         }
     }
 
+    /// An app's send naming a user that does not exist (found out as it is stored) costs one delivery, as before the
+    /// store found it: the others it took are given back.
+    @Test func aSendToAMissingUserCostsOneDelivery() async throws {
+        let limits = SendLimits(perUser: nil, perApp: SendRate(perSecond: 0, burst: 4))
+        try await TestBeacon.$sendLimits.withValue(limits) {
+            try await TestBeacon.run(restInProcess: true) { beacon in
+                try await beacon.createUsers("alice", "bob", "carol")
+                let toMissing: JSONValue = ["from": "alice", "to": ["bob", "carol", "ghost"], "type": "txt", "body": ["msg": "x"]]
+                let refused = try await beacon.rest("POST", "/messages/users", toMissing)
+                #expect(refused.status == 404 && refused.json["error"] == "user_not_found", "\(refused.json)")
+                #expect(try await beacon.rest("GET", "/users/bob/offline_msg_count").json["data"]?["bob"] == "0")
+                // 1 of the 4 is used: three more sends to one user go through, the fourth does not.
+                let one: JSONValue = ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "y"]]
+                for _ in 0..<3 { #expect(try await beacon.rest("POST", "/messages/users", one).status == 200) }
+                #expect(try await beacon.rest("POST", "/messages/users", one).status == 429)
+            }
+        }
+    }
+
     /// Both buckets count deliveries (a group message, one per member); a send the app's refuses gives the user's back.
     @Test func deliveriesAreCountedAndARefusalTakesNothing() throws {
         let limiter = SendLimiter(SendLimits(perUser: SendRate(perSecond: 1, burst: 4), perApp: SendRate(perSecond: 1, burst: 5)))

@@ -210,6 +210,37 @@ import Testing
     }
 
     @Test(arguments: StoreKind.available)
+    func aRequiredReceiverThatDoesNotExistStoresNothing(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            let receipt = SendReceipt(scope: "rest:app", reference: "r1", now: now)
+            let new = [
+                NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob", required: true)]),
+                NewMessage(message: text(2, from: "alice", to: "zed"), deliveries: [Delivery(username: "zed", required: true)]),
+                NewMessage(message: text(3, from: "alice", to: "amy"), deliveries: [Delivery(username: "amy", required: true)]),
+            ]
+            // The first missing, in the messages' order, is named; nothing is kept, the receipt neither.
+            await #expect(throws: BeaconError(.userNotFound, "user zed does not exist")) {
+                try await store.append(new, app: app.id, receipt: receipt)
+            }
+            #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).isEmpty)
+            #expect(try await store.sentMessages(scope: "rest:app", reference: "r1", app: app.id) == nil)
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+            // Not required (a user's send): skipped, the rest stored.
+            let relaxed = [
+                NewMessage(
+                    message: text(4, from: "alice", to: "zed"), deliveries: [Delivery(username: "zed"), Delivery(username: "alice")])
+            ]
+            guard case .stored(let entries, _) = try await store.append(relaxed, app: app.id, receipt: receipt) else {
+                Issue.record("expected stored")
+                return
+            }
+            #expect(entries.map(\.username) == ["alice"])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
     func jobsWhoseBindingChangedAreSkippedInsteadOfSent(kind: StoreKind) async throws {
         try await kind.withStore { store in
             let app = try await makeApp(store)
