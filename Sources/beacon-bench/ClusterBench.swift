@@ -1,3 +1,4 @@
+import APNsSimulator
 import ArgumentParser
 import BeaconClient
 import BeaconCore
@@ -18,14 +19,21 @@ struct Cluster: AsyncParsableCommand {
     @Option var clients = 300
     @Option(help: "Offered messages per second.") var rate = 500
     @Option(help: "Seconds of sending.") var seconds = 10
+    @Flag(help: "An app that pushes: a push configuration (to an in-process APNs simulator) and every client's device bound.")
+    var push = false
 
     func run() async throws {
         try await withBenchStores(
             database: database ?? ProcessInfo.processInfo.environment["BEACON_DATABASE_URL"] ?? "sqlite", nodes: nodes
         ) {
             stores, engine, transactions in
-            // Push on, as in production.
-            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: .bench(push: true)) {
+            // Push on, as in production; with `--push`, an app that has somewhere to push to.
+            var options = TestBeacon.Options.bench(push: true)
+            let simulator = push ? try APNsSimulator(logger: .init(label: "bench.sim")) : nil
+            let simulatorTask = simulator.map { simulator in Task { try await simulator.run() } }
+            defer { simulatorTask?.cancel() }
+            options.push = simulator
+            try await TestBeacon.run(stores: stores, directory: StoreKind.temporaryDirectory("beacon-bench"), options: options) {
                 servers in
                 try await measure(servers, engine: engine, transactions: transactions)
             }
@@ -35,13 +43,24 @@ struct Cluster: AsyncParsableCommand {
     private func measure(_ servers: [TestBeacon], engine: String, transactions: @Sendable () -> Int?) async throws {
         let names = (0..<clients).map { "u\($0)" }
         try await servers[0].createUsers(names)
+        if push {
+            let server = servers[0]
+            try await server.uploadP8(name: "ios", bundleID: "com.example.bench")
+            guard let app = try await server.store.app(server.app) else { throw TestFailure("no app") }
+            for (index, name) in names.enumerated() {
+                try await server.store.bind(
+                    PushBinding(
+                        username: name, deviceID: "bench", notifier: "ios", deviceToken: String(format: "%064x", index), boundAt: 0),
+                    app: app.id)
+            }
+        }
         var connected: [BeaconClient] = []
         for (index, name) in names.enumerated() { connected.append(try await servers[index % servers.count].client(name, device: "bench")) }
         let devices = connected
         let total = rate * seconds
         let crossNode = (0..<total).filter { $0 % clients % servers.count != (($0 * 7 + 1) % clients) % servers.count }.count
         print(
-            "cluster: \(engine), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
+            "cluster: \(engine)\(push ? ", an app that pushes" : ""), \(servers.count) node(s), \(clients) clients spread over them; offering \(rate) msg/s for \(seconds) s "
                 + "(\(total) messages, \(crossNode) between nodes)")
         let transactionsBefore = transactions()
         let trafficBefore = servers.compactMap(\.server.clusterTraffic)
