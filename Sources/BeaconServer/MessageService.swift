@@ -178,7 +178,7 @@ final class MessageService: Sendable {
         case .stored(let entries, let routed):
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             await switchboard.deliver(entries, app: app.id)
-            if let router {
+            if let router, !routed.isEmpty {
                 // The recipients that exist: those given an inbox entry.
                 let stored = Dictionary(grouping: entries, by: \.message.id).mapValues { Set($0.map(\.username)) }
                 for (message, recipients) in messages where routed.contains(message.id) {

@@ -1,6 +1,7 @@
-import BeaconClient
 import BeaconProtocol
 import Foundation
+
+@testable import BeaconClient
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -107,20 +108,6 @@ final class ScriptedConnection: Sendable {
     /// The query item `name` of the connection's URL.
     func query(_ name: String) -> String? {
         URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems?.first { $0.name == name }?.value
-    }
-}
-
-/// A value behind a lock, for the test's shared records.
-final class Locked<Value>: @unchecked Sendable {  // every access to `value` holds `lock`
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }
 
