@@ -205,12 +205,16 @@ final class ClusterLink: Sendable {
     /// A letter hands over at most this many entries; beyond, it names the users and their devices read the store.
     static let entriesPerLetter = 64
 
-    /// Hands freshly stored entries to the other nodes holding connected devices of their users.
-    func relay(_ entries: [InboxEntry], app: Int64) async {
+    /// Hands freshly stored entries to the other nodes holding connected devices of their users. Returns the devices of
+    /// those users online on any node, as read for it, or nil when it failed.
+    @discardableResult
+    func relay(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         let users = Array(Set(entries.map(\.username)))
+        var online: [String: Set<String>]?
         await withRetries("finding the nodes of connected devices") {
             var usersByNode: [Int64: Set<String>] = [:]
-            for (username, devices) in try await store.connections(of: users, app: app) {
+            let connections = try await store.connections(of: users, app: app)
+            for (username, devices) in connections {
                 for connection in devices.values where connection.node != node.epoch {
                     usersByNode[connection.node, default: []].insert(username)
                 }
@@ -223,7 +227,9 @@ final class ClusterLink: Sendable {
                     return small && mine.count <= Self.entriesPerLetter
                         ? .deliver(app: app, entries: mine.map(RelayedEntry.init)) : .fetch(app: app, users: users.sorted())
                 })
+            online = connections.mapValues { Set($0.keys) }
         }
+        return online
     }
 
     /// Posts `notice` to every other node holding a connected device of `usernames`.

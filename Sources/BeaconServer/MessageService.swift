@@ -177,14 +177,14 @@ final class MessageService: Sendable {
             return Self.sentMessages(earlier)
         case .stored(let entries, let routed):
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
-            await switchboard.deliver(entries, app: app.id)
+            let online = await switchboard.deliver(entries, app: app.id)
             if let router, !routed.isEmpty {
                 // The recipients that exist: those given an inbox entry.
                 let stored = Dictionary(grouping: entries, by: \.message.id).mapValues { Set($0.map(\.username)) }
                 for (message, recipients) in messages where routed.contains(message.id) {
                     do {
                         let existing = recipients.filter { $0 != message.from && stored[message.id]?.contains($0) == true }
-                        try await router.route(message, recipients: existing, app: app)
+                        try await router.route(message, recipients: existing, app: app, online: online)
                     } catch {
                         // The message is stored with its pending route: the router's sweep decides its pushes shortly.
                         logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])

@@ -11,9 +11,9 @@ import Synchronization
 /// Decides pushes for stored messages (SPEC §3) — after they are stored, never before: a message is stored with a
 /// pending route, then routed, so presence is read once the message is visible to every device's sync.
 ///
-/// - `route` samples presence, reads the receivers' settings and bindings, renders each receiver's payload outside any
-///   transaction, then records the jobs (pushed or skipped with a reason) in one short transaction that also removes the
-///   pending route, so each message is decided once.
+/// - `route` samples presence (or takes what the message's delivery read), reads the receivers' settings and bindings,
+///   renders each receiver's payload outside any transaction, then records the jobs (pushed or skipped with a reason) in
+///   one short transaction that also removes the pending route, so each message is decided once.
 /// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died
 ///   under them), unless another device of the user acknowledged them. A route that recorded `online` skips reads presence
 ///   again afterwards: a device that went offline in between (on any node) may have looked for skips before they were
@@ -53,8 +53,10 @@ final class PushRouter: Service, Sendable {
     }
 
     /// Decides and records the pushes of a message stored with a pending route. Safe to call twice: only one records.
-    func route(_ message: Message, recipients: [String], app: AppRecord) async throws {
-        let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil)
+    /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery); otherwise
+    /// presence is read here.
+    func route(_ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil) async throws {
+        let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil, online: online)
         if let afterPresence { try await afterPresence(message.id) }
         let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
         guard try await store.recordRoute(route, app: app.id) else { return }
@@ -184,21 +186,25 @@ final class PushRouter: Service, Sendable {
         var jobs: [NewPushJob] = []
     }
 
-    private func decide(_ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?) async throws
-        -> Decided
-    {
+    private func decide(
+        _ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?,
+        online known: [String: Set<String>]? = nil
+    ) async throws -> Decided {
         guard PushDecision.mayPush(message), !recipients.isEmpty else { return Decided(app: app.id) }
-        let configs = Dictionary(try await store.pushConfigs(app: app.id).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let inputs = try await store.routingInputs(
+            sender: message.from, recipients: recipients, scopes: RoutingContext.scopes(of: message), app: app.id)
+        let configs = Dictionary(inputs.notifiers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         guard !configs.isEmpty else { return Decided(app: app.id) }
-        let context = try await RoutingContext.load(message: message, recipients: recipients, app: app, store: store)
-        var bindings = try await store.bindings(of: recipients, app: app.id)
+        let context = RoutingContext(message: message, inputs: inputs)
+        var bindings = inputs.bindings
         if let onlyDevices {
             bindings = bindings.mapValues {
                 $0.filter { onlyDevices.contains(SkippedDevice(deviceID: $0.deviceID, notifier: $0.notifier)) }
             }
         }
-        // Presence is read now: after the message was stored, so a device that connects from here on syncs it.
-        let online = try await presence.onlineDevices(of: recipients, app: app.id)
+        // Presence is read after the message was stored, so a device that connects from here on syncs it.
+        var online = known ?? [:]
+        if known == nil { online = try await presence.onlineDevices(of: recipients, app: app.id) }
         let now = clock()
         var jobs: [NewPushJob] = []
         var payloads = MessagePayloads()
@@ -222,7 +228,7 @@ final class PushRouter: Service, Sendable {
 
     private func job(
         for binding: PushBinding, skip: SkipReason?, recipient: String, context: RoutingContext, payloads: inout MessagePayloads,
-        configs: [String: PushConfigRecord], now: Int64
+        configs: [String: Notifier], now: Int64
     ) -> NewPushJob {
         let config = configs[binding.notifier]
         var skipReason = skip?.rawValue ?? (config == nil ? BeaconError.Code.notifierNotFound.rawValue : nil)
@@ -276,12 +282,15 @@ struct RoutingContext {
     let profiles: [String: PushProfile]
     let appLevel: [String: AppPushSettings]
     let conversation: [String: ConversationPushSettings]
-    static func load(message: Message, recipients: [String], app: AppRecord, store: any BeaconStore) async throws -> RoutingContext {
-        let conversationScope = message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"
-        let (records, profiles) = try await store.pushSettings(of: recipients, scopes: ["", conversationScope], app: app.id)
+    /// The settings scopes a message's routing reads: the app level and the message's conversation.
+    static func scopes(of message: Message) -> [String] {
+        ["", message.chatType == .groupchat ? "groupchat:\(message.to)" : "chat:\(message.from)"]
+    }
+
+    init(message: Message, inputs: RoutingInputs) {
         var appLevel: [String: AppPushSettings] = [:]
         var conversation: [String: ConversationPushSettings] = [:]
-        for record in records {
+        for record in inputs.settings {
             if record.scope.isEmpty {
                 appLevel[record.username] = AppPushSettings(
                     remindType: record.remindType.flatMap(RemindType.init),
@@ -292,18 +301,19 @@ struct RoutingContext {
                     remindType: record.remindType.flatMap(RemindType.init), silentUntil: record.silentUntil)
             }
         }
-        let policy = try await store.pushPolicy(app: app.id)
-        let templates = Dictionary(
-            try await store.templates(app: app.id).map {
+        self.message = message
+        self.policy = MultiDevicePolicy(rawValue: inputs.policy.multiDevice) ?? .allOffline
+        self.appZone = TimeZone(identifier: inputs.policy.timezone) ?? .gmt
+        self.strings = DisplayStrings(overrides: inputs.policy.displayStrings)
+        self.templates = Dictionary(
+            inputs.templates.map {
                 ($0.name, PushTemplate(name: $0.name, titlePattern: $0.titlePattern, contentPattern: $0.contentPattern))
             },
             uniquingKeysWith: { first, _ in first })
-        return RoutingContext(
-            message: message, policy: MultiDevicePolicy(rawValue: policy.multiDevice) ?? .allOffline,
-            appZone: TimeZone(identifier: policy.timezone) ?? .gmt, strings: DisplayStrings(overrides: policy.displayStrings),
-            templates: templates,
-            senderNickname: try await store.user(message.from, app: app.id)?.nickname, profiles: profiles, appLevel: appLevel,
-            conversation: conversation)
+        self.senderNickname = inputs.senderNickname
+        self.profiles = inputs.profiles
+        self.appLevel = appLevel
+        self.conversation = conversation
     }
 
     func pushContext(for recipient: String, bindings: [PushBinding], online: Set<String>, now: Int64) -> PushContext {

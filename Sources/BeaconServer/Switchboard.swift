@@ -42,10 +42,14 @@ final class Switchboard: PresenceRegistry {
         return await link.disconnected(outbox)
     }
 
-    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes.
-    func deliver(_ entries: [InboxEntry], app: Int64) async {
+    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes. Returns the
+    /// devices of those users online then, on every node (nil when that could not be read): read after the entries were
+    /// stored, so a device connecting later syncs them, as the push router's own reading of presence would be.
+    @discardableResult
+    func deliver(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         local.deliver(entries, app: app)
-        await link?.relay(entries, app: app)
+        guard let link else { return local.onlineDevices(of: Array(Set(entries.map(\.username))), app: app) }
+        return await link.relay(entries, app: app)
     }
 
     /// Hands an online-only message to the connected devices of `usernames`, except the device it came from.

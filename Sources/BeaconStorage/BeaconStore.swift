@@ -11,4 +11,6 @@ public protocol BeaconStore: AppStore, UserStore, GroupStore, MessageStore, Read
 {
     /// How long this store's transactions took so far (`beacon_store_transaction_duration_seconds`).
     var transactionTimings: TransactionTimings { get }
+    /// What deciding and rendering one message's pushes reads (`RoutingInputs`; a default reads it one area at a time).
+    func routingInputs(sender: String, recipients: [String], scopes: [String], app: Int64) async throws -> RoutingInputs
 }

@@ -27,7 +27,7 @@ extension PushSettingsStore {
 }
 
 /// A user's push settings at one scope: the app level (`scope` empty) or one conversation (`chat:peer`, `groupchat:id`).
-public struct PushSettingsRecord: Sendable, Hashable {
+public struct PushSettingsRecord: Sendable, Hashable, Codable {
     public var username: String
     public var scope: String
     /// `DEFAULT`, `ALL`, `AT`, `NONE`; nil = not set.
@@ -100,7 +100,7 @@ public struct PushPolicyRecord: Sendable, Hashable, Codable {
 }
 
 /// An app's push template (`POST /notification/template`).
-public struct PushTemplateRecord: Sendable, Hashable {
+public struct PushTemplateRecord: Sendable, Hashable, Codable {
     public var name: String
     public var titlePattern: String
     public var contentPattern: String

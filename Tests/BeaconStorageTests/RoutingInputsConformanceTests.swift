@@ -1,0 +1,86 @@
+import BeaconCore
+import BeaconStorage
+import BeaconTesting
+import Testing
+
+/// `routingInputs` gives every area a message's routing reads, as the one-by-one reads give them, on every engine
+/// (PostgreSQL answers it in one statement of its own).
+@Suite struct RoutingInputsConformanceTests {
+    @Test(arguments: StoreKind.available)
+    func everyAreaIsReadForTheReceiversAndScopesAsked(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await store.savePushConfig(
+                PushConfigRecord(
+                    appID: app.id, name: "calls", kind: .p8, environment: "production", bundleID: "com.y", voip: true, keyID: "K",
+                    teamID: "T", sealedSecret: [4], expiresAt: nil, createdAt: now))
+            let policy = PushPolicyRecord(
+                multiDevice: "any_offline", timezone: "Asia/Shanghai", displayStrings: ["image": "[图片]", "new_message": "“新”"],
+                badgeCountsMuted: true, recallLimitSeconds: 300)
+            try await store.savePushPolicy(policy, app: app.id)
+            let templates = [
+                PushTemplateRecord(name: "b", titlePattern: "{0} says", contentPattern: "\"{1}\"\n", createdAt: now, updatedAt: now + 1),
+                PushTemplateRecord(name: "a", titlePattern: "", contentPattern: "{0}", createdAt: now, updatedAt: now),
+            ]
+            for template in templates { _ = try await store.saveTemplate(template, app: app.id, replace: false) }
+            _ = try await store.createUsers(
+                [NewUser(username: "alice", passwordHash: "h", nickname: "Al 🐢"), NewUser(username: "bob", passwordHash: "h")],
+                app: app.id, now: now)
+            _ = try await store.createUsers([NewUser(username: "carol", passwordHash: "h")], app: app.id, now: now)
+            _ = try await store.updateUser(
+                "bob", app: app.id, changes: UserChanges(nickname: "B", timezone: "Europe/Paris", displayStyle: 1), now: now)
+            try await store.setPushPreferences(of: "bob", app: app.id, language: "zh", template: "b")
+            let settings = [
+                PushSettingsRecord(username: "bob", scope: "", remindType: "AT", quietHours: "22:00-07:00", silentUntil: Int64.max - 7),
+                PushSettingsRecord(username: "bob", scope: "chat:alice", remindType: "NONE"),
+                PushSettingsRecord(username: "carol", scope: "", silentUntil: 5),
+            ]
+            for record in settings { try await store.savePushSettings(record, app: app.id) }
+            // Outside what is asked: another scope, another receiver.
+            try await store.savePushSettings(PushSettingsRecord(username: "carol", scope: "chat:zed", remindType: "NONE"), app: app.id)
+            try await store.savePushSettings(PushSettingsRecord(username: "alice", scope: "", remindType: "NONE"), app: app.id)
+            let bindings = [
+                PushBinding(username: "bob", deviceID: "d2", notifier: "ios", deviceToken: "b2", boundAt: now + 2),
+                PushBinding(username: "bob", deviceID: "d1", notifier: "calls", deviceToken: "b1", voipToken: "v1", boundAt: now),
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "b1", boundAt: now + 1),
+                PushBinding(username: "carol", deviceID: "c", notifier: "ios", deviceToken: "c1", boundAt: now),
+                PushBinding(username: "alice", deviceID: "a", notifier: "ios", deviceToken: "a1", boundAt: now),
+            ]
+            for binding in bindings { try await store.bind(binding, app: app.id) }
+
+            let inputs = try await store.routingInputs(
+                sender: "alice", recipients: ["bob", "carol", "dave"], scopes: ["", "chat:alice"], app: app.id)
+            #expect(
+                inputs.notifiers == [
+                    Notifier(name: "calls", bundleID: "com.y", voip: true), Notifier(name: "ios", bundleID: "com.x", voip: false),
+                ])
+            #expect(inputs.policy == policy)
+            #expect(inputs.templates == templates.sorted { $0.name < $1.name })
+            #expect(Set(inputs.settings) == Set(settings))
+            #expect(
+                inputs.profiles == [
+                    "bob": PushProfile(timeZone: "Europe/Paris", displayStyle: 1, language: "zh", template: "b", nickname: "B"),
+                    "carol": PushProfile(),
+                ])
+            #expect(inputs.senderNickname == "Al 🐢")
+            #expect(
+                inputs.bindings == [
+                    "bob": [bindings[1], bindings[2], bindings[0]],
+                    "carol": [bindings[3]],
+                ])
+        }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func anAppWithNothingSetGivesTheDefaults(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store, pushConfig: false)
+            let inputs = try await store.routingInputs(sender: "admin", recipients: ["nobody"], scopes: [""], app: app.id)
+            #expect(
+                inputs
+                    == RoutingInputs(
+                        notifiers: [], policy: PushPolicyRecord(), templates: [], settings: [], profiles: [:], senderNickname: nil,
+                        bindings: [:]))
+        }
+    }
+}
