@@ -36,6 +36,10 @@ extension PostgresStore {
 
     public func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool {
         guard let messageID = route.messageID.storedID else { return false }
+        if case .pendingRoute = route.replacing, !route.jobs.contains(where: \.awaitsBadge) {
+            let columns = JobColumns(route.jobs, badges: [:])
+            return try await !rows(RecordPendingRoute(app: app, messageID: messageID, now: route.now, columns: columns)).isEmpty
+        }
         do {
             try await transaction { connection in
                 switch route.replacing {
@@ -80,42 +84,8 @@ extension PostgresStore {
         let badged = Set(route.jobs.filter(\.awaitsBadge).map(\.username))
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }
-        // postgres-nio binds arrays without NULL elements: "" stands for none (no collapse id or reason is empty).
-        var columns:
-            (
-                usernames: [String], devices: [String], notifiers: [String], tokens: [String], topics: [String], types: [String],
-                priorities: [Int64], expirations: [Int64], collapseIDs: [String], apnsIDs: [String], payloads: [String], statuses: [String],
-                reasons: [String]
-            ) = ([], [], [], [], [], [], [], [], [], [], [], [], [])
-        for job in route.jobs {
-            columns.usernames.append(job.username)
-            columns.devices.append(job.deviceID)
-            columns.notifiers.append(job.notifier)
-            columns.tokens.append(job.deviceToken)
-            columns.topics.append(job.topic)
-            columns.types.append(job.pushType.rawValue)
-            columns.priorities.append(Int64(job.priority.rawValue))
-            columns.expirations.append(job.expiration)
-            columns.collapseIDs.append(job.collapseID ?? "")
-            columns.apnsIDs.append(StoredForm.text(of: job.apnsID))
-            columns.payloads.append(job.payload(withBadge: badges[job.username] ?? 0))
-            columns.statuses.append(job.skipReason == nil ? "pending" : "skipped")
-            columns.reasons.append(job.skipReason ?? "")
-        }
-        try await connection.query(
-            """
-            INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
-                expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
-            SELECT \(app), \(messageID), j.u, j.d, j.n, j.t, j.topic, j.type, j.p, j.e, NULLIF(j.c, ''), j.a, j.payload, j.s,
-                NULLIF(j.r, ''), \(route.now), \(route.now), \(route.now)
-            FROM unnest(\(columns.usernames)::text[], \(columns.devices)::text[], \(columns.notifiers)::text[], \(columns.tokens)::text[],
-                \(columns.topics)::text[], \(columns.types)::text[], \(columns.priorities)::bigint[], \(columns.expirations)::bigint[],
-                \(columns.collapseIDs)::text[], \(columns.apnsIDs)::text[], \(columns.payloads)::text[], \(columns.statuses)::text[],
-                \(columns.reasons)::text[]) WITH ORDINALITY AS j(u, d, n, t, topic, type, p, e, c, a, payload, s, r, o)
-            JOIN users ON users.app_id = \(app) AND users.username = j.u
-            ORDER BY j.o  -- ids in the route's order: a device's pushes are sent in id order
-            FOR KEY SHARE OF users
-            """, logger: logger)
+        _ = try await connection.rows(
+            InsertJobs(app: app, messageID: messageID, now: route.now, columns: JobColumns(route.jobs, badges: badges)), logger: logger)
     }
 
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {

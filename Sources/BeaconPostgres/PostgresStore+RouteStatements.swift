@@ -1,0 +1,115 @@
+import BeaconStorage
+import PostgresNIO
+
+// Recording a route's jobs, prepared. A route whose jobs need no badge (every one skipped, or payloads without a badge:
+// the common case of a receiver online) is recorded in one statement, its pending route removed in the same one: one
+// round trip instead of a transaction's four.
+
+extension PostgresStore {
+    /// The jobs of a route as the statements bind them, badges spliced in. postgres-nio binds arrays without NULL
+    /// elements: "" stands for none (no collapse id or reason is empty).
+    struct JobColumns {
+        var usernames: [String] = []
+        var devices: [String] = []
+        var notifiers: [String] = []
+        var tokens: [String] = []
+        var topics: [String] = []
+        var types: [String] = []
+        var priorities: [Int64] = []
+        var expirations: [Int64] = []
+        var collapseIDs: [String] = []
+        var apnsIDs: [String] = []
+        var payloads: [String] = []
+        var statuses: [String] = []
+        var reasons: [String] = []
+
+        init(_ jobs: [NewPushJob], badges: [String: Int]) {
+            for job in jobs {
+                usernames.append(job.username)
+                devices.append(job.deviceID)
+                notifiers.append(job.notifier)
+                tokens.append(job.deviceToken)
+                topics.append(job.topic)
+                types.append(job.pushType.rawValue)
+                priorities.append(Int64(job.priority.rawValue))
+                expirations.append(job.expiration)
+                collapseIDs.append(job.collapseID ?? "")
+                apnsIDs.append(StoredForm.text(of: job.apnsID))
+                payloads.append(job.payload(withBadge: badges[job.username] ?? 0))
+                statuses.append(job.skipReason == nil ? "pending" : "skipped")
+                reasons.append(job.skipReason ?? "")
+            }
+        }
+
+        /// Binds $1 app, $2 message id, $3 now, then the columns as $4…$16.
+        func bindings(app: Int64, messageID: Int64, now: Int64) -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 16)
+            bindings.append(app)
+            bindings.append(messageID)
+            bindings.append(now)
+            bindings.append(usernames)
+            bindings.append(devices)
+            bindings.append(notifiers)
+            bindings.append(tokens)
+            bindings.append(topics)
+            bindings.append(types)
+            bindings.append(priorities)
+            bindings.append(expirations)
+            bindings.append(collapseIDs)
+            bindings.append(apnsIDs)
+            bindings.append(payloads)
+            bindings.append(statuses)
+            bindings.append(reasons)
+            return bindings
+        }
+
+        /// Inserts the jobs bound by `bindings`, but for receivers deleted since the route was decided; each receiver's
+        /// row is key-share locked, so a deletion either finishes first (no job) or waits and deletes the jobs too.
+        /// `condition` is appended to the selection's WHERE.
+        static func insert(where condition: String) -> String {
+            """
+            INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
+                expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
+            SELECT $1, $2, j.u, j.d, j.n, j.t, j.topic, j.type, j.p, j.e, NULLIF(j.c, ''), j.a, j.payload, j.s, NULLIF(j.r, ''), $3, $3, $3
+            FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[],
+                $12::text[], $13::text[], $14::text[], $15::text[], $16::text[]) WITH ORDINALITY AS j(u, d, n, t, topic, type, p, e, c, a,
+                payload, s, r, o)
+            JOIN users ON users.app_id = $1 AND users.username = j.u
+            WHERE \(condition)
+            ORDER BY j.o  -- ids in the route's order: a device's pushes are sent in id order
+            FOR KEY SHARE OF users
+            """
+        }
+    }
+
+    /// A route's jobs, in the transaction that records it.
+    struct InsertJobs: PostgresPreparedStatement {
+        static let sql = JobColumns.insert(where: "true")
+        typealias Row = Void
+        var app: Int64
+        var messageID: Int64
+        var now: Int64
+        var columns: JobColumns
+
+        func makeBindings() throws -> PostgresBindings { columns.bindings(app: app, messageID: messageID, now: now) }
+        func decodeRow(_ row: PostgresRow) throws -> Row {}
+    }
+
+    /// Removes the message's pending route and, if it was there (nobody recorded the route first), inserts the jobs: a
+    /// row when it was.
+    struct RecordPendingRoute: PostgresPreparedStatement {
+        static let sql = """
+            WITH removed AS (DELETE FROM pending_routes WHERE app_id = $1 AND message_id = $2 RETURNING 1),
+            inserted AS (\(JobColumns.insert(where: "EXISTS (SELECT 1 FROM removed)")))
+            SELECT 1 FROM removed
+            """
+        typealias Row = Int32
+        var app: Int64
+        var messageID: Int64
+        var now: Int64
+        var columns: JobColumns
+
+        func makeBindings() throws -> PostgresBindings { columns.bindings(app: app, messageID: messageID, now: now) }
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+    }
+}
