@@ -8,6 +8,16 @@ import Synchronization
 public protocol PresenceRegistry: Sendable {
     /// Device ids of each user's connected, authenticated devices (users with none are absent).
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>]
+    /// Device ids of each user's connected devices, for users expected to have `devices` online: a registry may answer
+    /// from what it holds itself for a user whose expected devices are all connected to it (their going offline, later,
+    /// is seen by whoever then reads the store), and must read for the others as `onlineDevices` does.
+    func onlineDevices(expecting devices: [String: Set<String>], app: Int64) async throws -> [String: Set<String>]
+}
+
+extension PresenceRegistry {
+    public func onlineDevices(expecting devices: [String: Set<String>], app: Int64) async throws -> [String: Set<String>] {
+        try await onlineDevices(of: Array(devices.keys), app: app)
+    }
 }
 
 /// A user within an app.

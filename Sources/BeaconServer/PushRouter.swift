@@ -16,8 +16,8 @@ import Synchronization
 ///   one short transaction that also removes the pending route, so each message is decided once.
 /// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died
 ///   under them), unless another device of the user acknowledged them. A route that recorded `online` skips reads presence
-///   again afterwards: a device that went offline in between (on any node) may have looked for skips before they were
-///   recorded, so the route decides them again itself.
+///   again afterwards (from memory for devices connected to this node): a device that went offline in between (on any
+///   node) may have looked for skips before they were recorded, so the route decides them again itself.
 /// - As a service, it routes what a crash left pending, so no push accepted with a message is lost.
 final class PushRouter: Service, Sendable {
     let store: any BeaconStore
@@ -72,7 +72,10 @@ final class PushRouter: Service, Sendable {
     private func wentOfflineSince(_ decided: Decided) async throws -> [String] {
         let skipped = Dictionary(grouping: decided.jobs.filter { $0.skipReason == SkipReason.online.rawValue }, by: \.username)
         guard !skipped.isEmpty else { return [] }
-        let online = try await presence.onlineDevices(of: Array(skipped.keys), app: decided.app)
+        // The decision is recorded: a device connected to this node now finds it when it leaves, so a user whose devices
+        // online for the decision all still are here needs no read.
+        let online = try await presence.onlineDevices(
+            expecting: Dictionary(uniqueKeysWithValues: skipped.keys.map { ($0, decided.online[$0] ?? []) }), app: decided.app)
         return skipped.compactMap { username, jobs in
             let devices = online[username] ?? []
             let offline = decided.policy == .allOffline ? devices.isEmpty : jobs.contains { !devices.contains($0.deviceID) }
@@ -184,6 +187,8 @@ final class PushRouter: Service, Sendable {
         var app: Int64
         var policy: MultiDevicePolicy = .allOffline
         var jobs: [NewPushJob] = []
+        /// The receivers' devices online for the decision.
+        var online: [String: Set<String>] = [:]
     }
 
     private func decide(
@@ -223,7 +228,7 @@ final class PushRouter: Service, Sendable {
                         now: now))
             }
         }
-        return Decided(app: app.id, policy: context.policy, jobs: jobs)
+        return Decided(app: app.id, policy: context.policy, jobs: jobs, online: online)
     }
 
     private func job(

@@ -21,6 +21,21 @@ final class Switchboard: PresenceRegistry {
         return try await link.onlineDevices(of: usernames, app: app)
     }
 
+    /// Users whose expected devices are all connected to this node are answered from memory: such a device's going
+    /// offline starts here, after this answer, so whatever was stored before it is found by its leaving. The others are
+    /// read from the shared store.
+    func onlineDevices(expecting devices: [String: Set<String>], app: Int64) async throws -> [String: Set<String>] {
+        guard let link else { return local.onlineDevices(of: Array(devices.keys), app: app) }
+        var online: [String: Set<String>] = [:]
+        var elsewhere: [String] = []
+        for (username, expected) in devices {
+            let here = Set(local.connectedDevices(of: username, app: app))
+            if !expected.isEmpty, expected.isSubset(of: here) { online[username] = here } else { elsewhere.append(username) }
+        }
+        guard !elsewhere.isEmpty else { return online }
+        return online.merging(try await link.onlineDevices(of: elsewhere, app: app)) { _, read in read }
+    }
+
     /// Devices of the app connected now, on every node.
     func connectedDeviceCount(app: Int64) async throws -> Int {
         guard let link else { return local.connectedDeviceCount(app: app) }
@@ -42,14 +57,14 @@ final class Switchboard: PresenceRegistry {
         return await link.disconnected(outbox)
     }
 
-    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes. Returns the
-    /// devices of those users online then, on every node (nil when that could not be read): read after the entries were
-    /// stored, so a device connecting later syncs them, as the push router's own reading of presence would be.
+    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes. With other
+    /// nodes, returns the devices of those users online then, as read from the shared store to relay the entries (nil
+    /// when that read failed, or with no other nodes: presence is in memory): read after the entries were stored, so a
+    /// device connecting later syncs them, as the push router's own reading of presence would be.
     @discardableResult
     func deliver(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         local.deliver(entries, app: app)
-        guard let link else { return local.onlineDevices(of: Array(Set(entries.map(\.username))), app: app) }
-        return await link.relay(entries, app: app)
+        return await link?.relay(entries, app: app)
     }
 
     /// Hands an online-only message to the connected devices of `usernames`, except the device it came from.
