@@ -42,13 +42,14 @@ extension PostgresStore: ClusterStore {
         }
     }
 
-    public func heartbeat(_ node: ClusterNode) async throws -> Bool {
-        // A heartbeat never undoes a leave (0).
-        try await execute(
+    public func heartbeat(_ node: ClusterNode) async throws -> Int? {
+        // A heartbeat never undoes a leave (0). The others are counted in the statement's snapshot, taken after the call.
+        try await rows(
             """
             UPDATE cluster_nodes SET heartbeat_at = \(unescaped: Self.databaseNow) WHERE epoch = \(node.epoch) AND heartbeat_at > 0
-            RETURNING 1
-            """) == 1
+            RETURNING (SELECT count(*) FROM cluster_nodes WHERE epoch <> \(node.epoch) AND heartbeat_at > 0) AS others
+            """
+        ).first.map { Int(try $0["others"].decode(Int64.self)) }
     }
 
     public func leaveCluster(_ node: ClusterNode) async throws {

@@ -18,6 +18,8 @@ public struct BeaconHooks: Sendable {
     /// Called before a node removes a device's presence row when its connection ends, and before each retry of that
     /// removal (several nodes only); throwing fails the removal as a database error would.
     public var beforePresenceRemoval: (@Sendable (_ username: String, _ deviceID: String) async throws -> Void)?
+    /// Called before each heartbeat of a cluster node (several nodes only): a test holds a node's heartbeats there.
+    public var beforeHeartbeat: (@Sendable () async -> Void)?
 
     public init() {}
 }
@@ -30,6 +32,8 @@ public struct BeaconServer: Sendable {
     public var presence: any PresenceRegistry { switchboard }
     /// This node in its cluster, when the store is shared by several (PostgreSQL).
     public var clusterNode: ClusterNode? { switchboard.link?.node }
+    /// Whether this node is, by its last heartbeat, the only one in its cluster (it then reads presence from memory).
+    public var isAloneInCluster: Bool { switchboard.link?.isAlone ?? false }
     /// Letters this node posted to others and wake-up notifications it sent, so far (nil alone on SQLite): for benchmarks.
     public var clusterTraffic: (letters: Int, notifications: Int)? {
         switchboard.link.map { ($0.lettersPosted, $0.wakeups.notificationsSent) }
@@ -72,7 +76,7 @@ public struct BeaconServer: Sendable {
             idSlot = node.slot
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
-                beforePresenceRemoval: hooks.beforePresenceRemoval)
+                beforePresenceRemoval: hooks.beforePresenceRemoval, beforeHeartbeat: hooks.beforeHeartbeat)
         }
         let switchboard = Switchboard(local: registry, link: link)
         self.switchboard = switchboard

@@ -61,8 +61,12 @@ final class ClusterLink: Sendable {
     private let resyncWanted = Atomic<Bool>(false)
     private let lastHeartbeat = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
     private let healthySince = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+    /// Whether this node is the only one, and from when its devices may register (`Solitude`).
+    private let solitude = Mutex(Solitude(joinedAt: .now))
     /// `BeaconHooks.beforePresenceRemoval`.
     let beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)?
+    /// `BeaconHooks.beforeHeartbeat`.
+    let beforeHeartbeat: (@Sendable () async -> Void)?
     /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
     private let failedRemovals = Mutex<[FailedRemoval]>([])
 
@@ -87,7 +91,8 @@ final class ClusterLink: Sendable {
 
     init(
         store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
-        beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil
+        beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil,
+        beforeHeartbeat: (@Sendable () async -> Void)? = nil
     ) {
         self.store = store
         self.node = node
@@ -95,10 +100,26 @@ final class ClusterLink: Sendable {
         self.clock = clock
         self.logger = logger
         self.beforePresenceRemoval = beforePresenceRemoval
+        self.beforeHeartbeat = beforeHeartbeat
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
-        try await store.connections(of: usernames, app: app).mapValues { Set($0.keys) }
+        if isAlone { return local.onlineDevices(of: usernames, app: app) }
+        return try await store.connections(of: usernames, app: app).mapValues { Set($0.keys) }
+    }
+
+    /// Whether this node is the only one now: presence is then read from its memory (`Solitude`).
+    var isAlone: Bool { solitude.withLock { $0.isAlone(at: .now) } }
+
+    /// Waits (at most `Solitude.fence`) until devices may register here: a node that joined beside others waits until
+    /// none of them can still count itself alone.
+    private func awaitRegistrations() async throws {
+        while true {
+            let wait = solitude.withLock { ContinuousClock.now.duration(to: $0.registrationsFrom) }
+            guard wait > .zero else { return }
+            // Polled: a heartbeat finding no other node opens registrations early.
+            try await Task.sleep(for: min(wait, .milliseconds(20)))
+        }
     }
 
     /// This node was declared dead: it takes no more connections (it is about to stop).
@@ -109,6 +130,7 @@ final class ClusterLink: Sendable {
     /// Records the connection as the device's current one; false when a connection the device opened later (on another
     /// node) is already recorded: this one is stale and must close.
     func connected(_ outbox: DeviceOutbox) async throws -> Bool {
+        try await awaitRegistrations()
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         let openedAgo = outbox.opened.duration(to: .now).components
         switch try await store.connect(
@@ -210,6 +232,7 @@ final class ClusterLink: Sendable {
     @discardableResult
     func relay(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         let users = Array(Set(entries.map(\.username)))
+        if isAlone { return local.onlineDevices(of: users, app: app) }
         var online: [String: Set<String>]?
         await withRetries("finding the nodes of connected devices") {
             var usersByNode: [Int64: Set<String>] = [:]
@@ -234,6 +257,7 @@ final class ClusterLink: Sendable {
 
     /// Posts `notice` to every other node holding a connected device of `usernames`.
     func relay(_ notice: ClusterNotice, to usernames: [String], app: Int64) async {
+        guard !isAlone else { return }
         await withRetries("finding the nodes of connected devices") {
             let nodes = Set(try await store.connections(of: usernames, app: app).values.flatMap { $0.values.map(\.node) })
             try await postOnce(Dictionary(uniqueKeysWithValues: nodes.subtracting([node.epoch]).map { ($0, notice) }))
@@ -319,15 +343,17 @@ final class ClusterLink: Sendable {
     }
 
     /// Records a successful heartbeat, sent at `sent` (what the others saw is at least that recent).
-    func noteHeartbeat(sentAt sent: ContinuousClock.Instant) {
+    func noteHeartbeat(sentAt sent: ContinuousClock.Instant, others: Int) {
         let at = sent.nanosecondsSinceStart
         lastHeartbeat.store(at, ordering: .relaxed)
         _ = healthySince.compareExchange(expected: .min, desired: at, ordering: .relaxed)
+        solitude.withLock { $0.heartbeat(sentAt: sent, others: others) }
     }
 
     /// Records a failed heartbeat: contact with the database is broken.
     func noteHeartbeatFailed() {
         healthySince.store(.min, ordering: .relaxed)
+        solitude.withLock { $0.heartbeatFailed() }
     }
 
     /// Whether heartbeats have succeeded without a failure for `duration`: after an outage every node's heartbeat is late,

@@ -66,19 +66,20 @@ struct ClusterService: Service {
     }
 
     private func beat() async throws {
+        // The first beat at once: it tells whether this node is alone (then its devices need not wait, see `Solitude`).
         while Task.serviceShouldContinue {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.heartbeatInterval) }
-            guard Task.serviceShouldContinue else { return }
+            await link.beforeHeartbeat?()
             do {
                 let sent = ContinuousClock.now
-                if try await !store.heartbeat(node) { throw DeclaredDead() }
-                link.noteHeartbeat(sentAt: sent)
+                guard let others = try await store.heartbeat(node) else { throw DeclaredDead() }
+                link.noteHeartbeat(sentAt: sent, others: others)
             } catch let error as DeclaredDead {
                 throw error
             } catch {
                 link.noteHeartbeatFailed()
                 logger.error("heartbeat failed", metadata: ["error": "\(String(reflecting: error))"])
             }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.heartbeatInterval) }
         }
     }
 

@@ -50,17 +50,23 @@ final class Switchboard: PresenceRegistry {
         return try await link?.connected(outbox) ?? true
     }
 
-    /// Removes the connection; true if the device went offline (it was not replaced by a newer connection meanwhile).
+    /// Removes the connection; true if the device may have gone offline, so that what it was online for is decided again
+    /// (which reads presence first): its presence was removed, or it was the connection this node held for the device.
+    /// The second covers connections this node answered for from memory without owning the shared row (one whose
+    /// registration was still in flight or failed, one taken over by another node whose close notice has not come, those
+    /// of a node declared dead): their leaving still decides again what was skipped while they counted as online here.
     func unregister(_ outbox: DeviceOutbox) async -> Bool {
         let wasRegistered = local.unregister(outbox)
         guard let link else { return wasRegistered }
-        return await link.disconnected(outbox)
+        let removed = await link.disconnected(outbox)
+        return removed || wasRegistered
     }
 
-    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes. With other
-    /// nodes, returns the devices of those users online then, as read from the shared store to relay the entries (nil
-    /// when that read failed, or with no other nodes: presence is in memory): read after the entries were stored, so a
-    /// device connecting later syncs them, as the push router's own reading of presence would be.
+    /// Hands freshly stored inbox entries to the connected devices of their users, here and on other nodes. In a
+    /// cluster, returns the devices of those users online then, as read to relay the entries (from the shared store, or
+    /// from memory while this node is alone; nil when that read failed, and without a cluster: presence is in memory):
+    /// read after the entries were stored, so a device connecting later syncs them, as the push router's own reading of
+    /// presence would be.
     @discardableResult
     func deliver(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         local.deliver(entries, app: app)

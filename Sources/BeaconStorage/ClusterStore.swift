@@ -87,8 +87,10 @@ public protocol ClusterStore: BeaconStore {
     /// Joins the cluster: a new random epoch and a random slot no live node holds. Fails when 1024 nodes are live.
     /// Liveness is measured on the database's clock, so that nodes whose clocks disagree do not declare each other dead.
     func joinCluster(name: String) async throws -> ClusterNode
-    /// Records that the node is alive; false when it was declared dead meanwhile (its row is gone: it must stop).
-    func heartbeat(_ node: ClusterNode) async throws -> Bool
+    /// Records that the node is alive. Returns how many other nodes hold a row (live, or silent and not yet declared
+    /// dead; not those that left), as seen after the beat was sent; nil when this node was declared dead meanwhile (its
+    /// row is gone: it must stop).
+    func heartbeat(_ node: ClusterNode) async throws -> Int?
     /// Marks the node as gone (graceful shutdown): the next `removeDeadNodes`, on any node, cleans up after it at once.
     func leaveCluster(_ node: ClusterNode) async throws
     /// Declares dead every node silent for more than `silence` ms (or that left): releases its push claims (due at once)

@@ -6,6 +6,7 @@ import BeaconStorage
 import BeaconTesting
 import Foundation
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import BeaconPostgres
@@ -37,6 +38,39 @@ struct ClusterTests {
             #expect(Set(texts) == [.text("stored"), .text("online only"), .text("rest")])
             await bob.client.logout()
             await alice.client.logout()
+        }
+    }
+
+    /// A node alone reads presence from memory (`Solitude`); a node joining beside it registers devices only once the
+    /// first can no longer count itself alone. Here the first node's heartbeats are held once it is alone, so it would
+    /// go on believing so for up to `Solitude.fence` after its last one: the device on the joining node still gets the
+    /// first node's message live.
+    @Test func aNodeThatWasAloneReachesADeviceOnANodeThatJustJoined() async throws {
+        let gate = Gate()
+        let holding = Atomic<Bool>(false)
+        var options = TestBeacon.Options()
+        options.hooks.beforeHeartbeat = { if holding.load(ordering: .relaxed) { await gate.pass() } }
+        let first = options
+        let directory = StoreKind.temporaryDirectory("beacon-cluster")
+        try await StoreKind.postgres.withStores(2) { stores in
+            try await TestBeacon.run(store: stores[0], directory: directory, options: first) { a in
+                // Its heartbeats go on at shutdown.
+                defer { gate.open() }
+                try await a.createUsers("alice", "bob")
+                try await waitUntil("a alone", timeout: .seconds(10)) { a.server.isAloneInCluster }
+                holding.store(true, ordering: .relaxed)
+                try await gate.waitForArrivals(1)
+                try await TestBeacon.run(store: stores[1], directory: directory, options: TestBeacon.Options()) { b in
+                    let bob = try await b.connect("bob")
+                    try await bob.events.synced()
+                    #expect(!a.server.isAloneInCluster)
+                    let (status, _) = try await a.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "live"]])
+                    #expect(status == 200)
+                    #expect(try await bob.messages.wait { !$0.isEmpty }.map(\.content) == [.text("live")])
+                    await bob.client.logout()
+                }
+            }
         }
     }
 
@@ -107,6 +141,31 @@ struct ClusterTests {
         }
     }
 
+    /// A connection this node held whose presence row is gone (taken over elsewhere, removed by a rescuer, or never
+    /// written): what it was online for is decided again when it ends here, not a minute later by the periodic pass.
+    @Test func aConnectionWhoseRowIsGoneStillDecidesAgainWhenItEnds() async throws {
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(1, push: simulator) { nodes in
+                let a = nodes[0]
+                let store = try #require(a.store as? PostgresStore)
+                try await a.createUsers("alice", "bob")
+                try await a.uploadP8()
+                let token = String(repeating: "ef", count: 32)
+                #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
+                let phone = try await RawDevice.connect(a, "bob", device: "phone")
+                let (status, _) = try await a.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
+                try await store.execute("DELETE FROM device_presence WHERE username = 'bob'")
+                try await phone.close()
+                try await waitUntil("bob's skip decided again and pushed", timeout: .seconds(15)) {
+                    simulator.deliveries(deviceToken: token).count == 1
+                }
+            }
+        }
+    }
+
     /// A node that dies holding a device: once it is declared dead, the device counts as offline and what it was online for
     /// is pushed; its mailbox and presence are gone.
     @Test func aDeadNodesDevicesAreTakenOfflineAndPushed() async throws {
@@ -120,6 +179,8 @@ struct ClusterTests {
                 #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
                 // Another node, which will never beat, holds bob's phone.
                 let doomed = try await store.joinCluster(name: "doomed")
+                // As a real node would (`Solitude`): its devices register once the others' heartbeats found it.
+                try await waitUntil("a sees the doomed node", timeout: .seconds(10)) { !a.server.isAloneInCluster }
                 let app = try #require(try await store.app(AppKey(org: "acme", name: "chat")))
                 _ = try await store.connect(
                     DeviceKey(app: app.id, username: "bob", deviceID: "phone"), node: doomed.epoch, connection: 1, openedAgo: 0)
@@ -150,8 +211,10 @@ struct ClusterTests {
         }
         let failingOnce = hooks
         try await withSimulator { simulator in
-            try await TestBeacon.runNodes(1, push: simulator, hooks: failingOnce) { nodes in
+            try await TestBeacon.runNodes(2, push: simulator, hooks: failingOnce) { nodes in
                 let a = nodes[0]
+                // Beside another node, which reads the shared rows: alone, a node answers presence from memory (`Solitude`).
+                try await waitUntil("a sees b", timeout: .seconds(10)) { !a.server.isAloneInCluster }
                 try await a.createUsers("alice", "bob")
                 try await a.uploadP8()
                 let token = String(repeating: "ef", count: 32)
@@ -183,8 +246,10 @@ struct ClusterTests {
         }
         let failingAlways = hooks
         try await withSimulator { simulator in
-            try await TestBeacon.runNodes(1, push: simulator, hooks: failingAlways) { nodes in
+            try await TestBeacon.runNodes(2, push: simulator, hooks: failingAlways) { nodes in
                 let a = nodes[0]
+                // Beside another node, which reads the shared rows: alone, a node answers presence from memory (`Solitude`).
+                try await waitUntil("a sees b", timeout: .seconds(10)) { !a.server.isAloneInCluster }
                 try await a.createUsers("alice", "bob", "carol")
                 try await a.uploadP8()
                 let token = String(repeating: "fe", count: 32)

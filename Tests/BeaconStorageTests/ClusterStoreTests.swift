@@ -54,11 +54,15 @@ struct ClusterStoreTests {
             #expect(one.nodes.count + two.nodes.count == 5)
             #expect(one.died.count + two.died.count == 5)  // silent, not left
             #expect(try await stores[0].liveNodes() == [alive])
-            #expect(try await !stores[1].heartbeat(joined[1]))  // declared dead: it must stop
+            #expect(try await stores[1].heartbeat(joined[1]) == nil)  // declared dead: it must stop
             #expect(try await stores[1].removeDeadNodes(silentFor: 2000, by: joined[1]) == nil)  // and rescues nobody
+            #expect(try await stores[0].heartbeat(alive) == 0)  // alone now
             // A node that leaves is cleaned up at once, as one that left rather than died.
             let leaver = try await stores[1].joinCluster(name: "leaver")
+            #expect(try await stores[0].heartbeat(alive) == 1)
+            #expect(try await stores[1].heartbeat(leaver) == 1)
             try await stores[1].leaveCluster(leaver)
+            #expect(try await stores[0].heartbeat(alive) == 0)  // one that left is not counted, even before its removal
             let left = try #require(try await stores[0].removeDeadNodes(silentFor: 5000, by: alive))
             #expect(left.nodes == [leaver])
             #expect(left.died.isEmpty)
