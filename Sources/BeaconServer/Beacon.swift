@@ -18,8 +18,9 @@ public struct BeaconHooks: Sendable {
     /// Called before a node removes a device's presence row when its connection ends, and before each retry of that
     /// removal (several nodes only); throwing fails the removal as a database error would.
     public var beforePresenceRemoval: (@Sendable (_ username: String, _ deviceID: String) async throws -> Void)?
-    /// Called before each heartbeat of a cluster node (several nodes only): a test holds a node's heartbeats there.
-    public var beforeHeartbeat: (@Sendable () async -> Void)?
+    /// Called after each heartbeat of a cluster node was recorded (several nodes only): a test holds a node's next
+    /// heartbeats there.
+    public var afterHeartbeat: (@Sendable () async -> Void)?
 
     public init() {}
 }
@@ -76,7 +77,11 @@ public struct BeaconServer: Sendable {
             idSlot = node.slot
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
-                beforePresenceRemoval: hooks.beforePresenceRemoval, beforeHeartbeat: hooks.beforeHeartbeat)
+                beforePresenceRemoval: hooks.beforePresenceRemoval, afterHeartbeat: hooks.afterHeartbeat)
+            // One beat before serving: a node that finds itself alone opens registrations at once (`Solitude`).
+            let sent = ContinuousClock.now
+            guard let others = try await shared.heartbeat(node) else { throw ClusterService.DeclaredDead() }
+            link?.noteHeartbeat(sentAt: sent, others: others)
         }
         let switchboard = Switchboard(local: registry, link: link)
         self.switchboard = switchboard

@@ -65,8 +65,8 @@ final class ClusterLink: Sendable {
     private let solitude = Mutex(Solitude(joinedAt: .now))
     /// `BeaconHooks.beforePresenceRemoval`.
     let beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)?
-    /// `BeaconHooks.beforeHeartbeat`.
-    let beforeHeartbeat: (@Sendable () async -> Void)?
+    /// `BeaconHooks.afterHeartbeat`.
+    let afterHeartbeat: (@Sendable () async -> Void)?
     /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
     private let failedRemovals = Mutex<[FailedRemoval]>([])
 
@@ -92,7 +92,7 @@ final class ClusterLink: Sendable {
     init(
         store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
         beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil,
-        beforeHeartbeat: (@Sendable () async -> Void)? = nil
+        afterHeartbeat: (@Sendable () async -> Void)? = nil
     ) {
         self.store = store
         self.node = node
@@ -100,7 +100,7 @@ final class ClusterLink: Sendable {
         self.clock = clock
         self.logger = logger
         self.beforePresenceRemoval = beforePresenceRemoval
-        self.beforeHeartbeat = beforeHeartbeat
+        self.afterHeartbeat = afterHeartbeat
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
@@ -111,15 +111,21 @@ final class ClusterLink: Sendable {
     /// Whether this node is the only one now: presence is then read from its memory (`Solitude`).
     var isAlone: Bool { solitude.withLock { $0.isAlone(at: .now) } }
 
-    /// Waits (at most `Solitude.fence`) until devices may register here: a node that joined beside others waits until
-    /// none of them can still count itself alone.
+    /// Whether devices may register here now (`/ready` says not ready until they may).
+    var registrationsOpen: Bool { solitude.withLock { $0.registrationsFrom <= .now } }
+
+    /// Waits (at most `Solitude.registrationFence`, in one sleep) until devices may register here: a node that joined
+    /// beside others waits until none of them can still count itself alone. A node alone knows it before it serves
+    /// (`Beacon` beats once right after joining), so its devices never wait.
     private func awaitRegistrations() async throws {
-        while true {
-            let wait = solitude.withLock { ContinuousClock.now.duration(to: $0.registrationsFrom) }
-            guard wait > .zero else { return }
-            // Polled: a heartbeat finding no other node opens registrations early.
-            try await Task.sleep(for: min(wait, .milliseconds(20)))
-        }
+        let wait = solitude.withLock { ContinuousClock.now.duration(to: $0.registrationsFrom) }
+        if wait > .zero { try await Task.sleep(for: wait) }
+    }
+
+    /// The node is about to leave the cluster: a node joining from now on finds nobody, so this one stops reading
+    /// presence from memory.
+    func leaving() {
+        solitude.withLock { $0.leave() }
     }
 
     /// This node was declared dead: it takes no more connections (it is about to stop).
@@ -155,7 +161,8 @@ final class ClusterLink: Sendable {
 
     /// Removes the connection's presence row; true if the device went offline. A removal that fails (the database
     /// restarting, the pool saturated) is tried again in the background rather than holding the session's end: until the
-    /// row goes, the device counts as online and its pushes are skipped as `online`.
+    /// row goes, the device counts as online for the other nodes (its pushes decided there are skipped as `online`); a
+    /// node alone answers presence from memory, where it is gone already.
     func disconnected(_ outbox: DeviceOutbox) async -> Bool {
         let device = DeviceKey(app: outbox.user.app, username: outbox.user.username, deviceID: outbox.deviceID)
         do {

@@ -58,6 +58,7 @@ struct ClusterService: Service {
             group.addTask { await self.retryRemovals() }
             group.addTask { await self.reconcile() }
         }
+        link.leaving()
         do {
             try await store.leaveCluster(node)
         } catch {
@@ -66,9 +67,7 @@ struct ClusterService: Service {
     }
 
     private func beat() async throws {
-        // The first beat at once: it tells whether this node is alone (then its devices need not wait, see `Solitude`).
         while Task.serviceShouldContinue {
-            await link.beforeHeartbeat?()
             do {
                 let sent = ContinuousClock.now
                 guard let others = try await store.heartbeat(node) else { throw DeclaredDead() }
@@ -79,6 +78,7 @@ struct ClusterService: Service {
                 link.noteHeartbeatFailed()
                 logger.error("heartbeat failed", metadata: ["error": "\(String(reflecting: error))"])
             }
+            await link.afterHeartbeat?()
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.heartbeatInterval) }
         }
     }

@@ -42,15 +42,16 @@ struct ClusterTests {
     }
 
     /// A node alone reads presence from memory (`Solitude`); a node joining beside it registers devices only once the
-    /// first can no longer count itself alone. Here the first node's heartbeats are held once it is alone, so it would
-    /// go on believing so for up to `Solitude.fence` after its last one: the device on the joining node still gets the
-    /// first node's message live.
+    /// first can no longer count itself alone. The first node's heartbeats are held just after one that found it alone:
+    /// a message it stores while bob's device is connecting to the new node is found by the device's first sync, and one
+    /// it stores after the device registered reaches it live.
     @Test func aNodeThatWasAloneReachesADeviceOnANodeThatJustJoined() async throws {
         let gate = Gate()
         let holding = Atomic<Bool>(false)
         var options = TestBeacon.Options()
-        options.hooks.beforeHeartbeat = { if holding.load(ordering: .relaxed) { await gate.pass() } }
+        options.hooks.afterHeartbeat = { if holding.load(ordering: .relaxed) { await gate.pass() } }
         let first = options
+        let aloneAtRegistration = Locked<[Bool]>([])
         let directory = StoreKind.temporaryDirectory("beacon-cluster")
         try await StoreKind.postgres.withStores(2) { stores in
             try await TestBeacon.run(store: stores[0], directory: directory, options: first) { a in
@@ -60,16 +61,53 @@ struct ClusterTests {
                 try await waitUntil("a alone", timeout: .seconds(10)) { a.server.isAloneInCluster }
                 holding.store(true, ordering: .relaxed)
                 try await gate.waitForArrivals(1)
-                try await TestBeacon.run(store: stores[1], directory: directory, options: TestBeacon.Options()) { b in
-                    let bob = try await b.connect("bob")
+                var options = TestBeacon.Options()
+                options.hooks.afterDeviceRegistered = { _, _ in aloneAtRegistration.withLock { $0.append(a.server.isAloneInCluster) } }
+                let second = options
+                try await TestBeacon.run(store: stores[1], directory: directory, options: second) { b in
+                    async let connecting = b.connect("bob")
+                    let (before, _) = try await a.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "before"]])
+                    #expect(before == 200)
+                    let bob = try await connecting
                     try await bob.events.synced()
-                    #expect(!a.server.isAloneInCluster)
-                    let (status, _) = try await a.rest(
-                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "live"]])
-                    #expect(status == 200)
-                    #expect(try await bob.messages.wait { !$0.isEmpty }.map(\.content) == [.text("live")])
+                    let (after, _) = try await a.rest(
+                        "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "after"]])
+                    #expect(after == 200)
+                    #expect(try await bob.messages.wait { $0.count >= 2 }.map(\.content) == [.text("before"), .text("after")])
+                    #expect(aloneAtRegistration.withLock { $0 } == [false])
                     await bob.client.logout()
                 }
+            }
+        }
+    }
+
+    /// Alone, a node answers presence from memory: a device whose presence row could not be removed is offline at once
+    /// (other nodes, had there been any, would count it online until the row goes), and what it was online for is pushed.
+    @Test func aloneADeviceWhoseRowCouldNotBeRemovedIsPushedAtOnce() async throws {
+        var hooks = BeaconHooks()
+        hooks.beforePresenceRemoval = { username, _ in
+            if username == "bob" { throw BeaconError(.internalError, "injected failure") }
+        }
+        let failingAlways = hooks
+        try await withSimulator { simulator in
+            try await TestBeacon.runNodes(1, push: simulator, hooks: failingAlways) { nodes in
+                let a = nodes[0]
+                let store = try #require(a.store as? PostgresStore)
+                try await waitUntil("a alone", timeout: .seconds(10)) { a.server.isAloneInCluster }
+                try await a.createUsers("alice", "bob")
+                try await a.uploadP8()
+                let token = String(repeating: "ab", count: 32)
+                #expect(try await a.bind("bob", device: "phone", token: token).0 == 200)
+                let phone = try await RawDevice.connect(a, "bob", device: "phone")
+                let (status, _) = try await a.rest(
+                    "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "hi"]])
+                #expect(status == 200)
+                try await a.deliveries(of: "bob") { $0.first?["reason"]?.stringValue == "online" }
+                try await phone.close()
+                try await waitUntil("bob pushed", timeout: .seconds(15)) { simulator.deliveries(deviceToken: token).count == 1 }
+                let app = try #require(try await store.app(AppKey(org: "acme", name: "chat")))
+                #expect(try await store.connections(of: ["bob"], app: app.id)["bob"]?.keys.sorted() == ["phone"])  // the row stayed
             }
         }
     }

@@ -178,6 +178,21 @@ import Testing
             #expect(try await !store.recordRoute(route, app: app.id))  // decided once
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
             #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+            // Recorders racing (the sweep and the send's own routing): one records, its jobs once.
+            for id: UInt64 in 8...15 {
+                _ = try await store.append(
+                    [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
+                    app: app.id, receipt: nil)
+                // Skipped jobs (PostgreSQL: one statement) and one awaiting its badge (a transaction).
+                let job = id.isMultiple(of: 2) ? Self.job("bob", skip: "online") : Self.job("bob")
+                let racing = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: now)
+                let recorded = try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for _ in 0..<4 { group.addTask { try await store.recordRoute(racing, app: app.id) } }
+                    return try await group.reduce(into: [Bool]()) { $0.append($1) }
+                }
+                #expect(recorded.filter { $0 }.count == 1)
+                #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: id, limit: 10).count == 1)
+            }
         }
     }
 

@@ -71,6 +71,50 @@ import Testing
         }
     }
 
+    /// Control characters, quotes and backslashes come back as stored; duplicated receivers are read once; an empty list
+    /// of receivers and an app that does not exist give the defaults; the one statement agrees with the one-by-one reads.
+    @Test(arguments: StoreKind.available)
+    func oddTextAndOddRequestsAreReadAsTheOneByOneReadsReadThem(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let odd = "tab\t ctl\u{1} quote\" back\\slash \u{2028} 🐢"
+            _ = try await store.createUsers([NewUser(username: "alice", passwordHash: "h", nickname: odd)], app: app.id, now: now)
+            _ = try await store.createUsers([NewUser(username: "bob", passwordHash: "h")], app: app.id, now: now)
+            _ = try await store.saveTemplate(
+                PushTemplateRecord(name: odd, titlePattern: odd, contentPattern: "\\{0}", createdAt: now, updatedAt: now), app: app.id,
+                replace: false)
+            try await store.savePushPolicy(PushPolicyRecord(displayStrings: ["image": odd]), app: app.id)
+            try await store.bind(PushBinding(username: "bob", deviceID: odd, notifier: "ios", deviceToken: "t", boundAt: now), app: app.id)
+
+            let inputs = try await store.routingInputs(sender: "alice", recipients: ["bob", "bob"], scopes: ["", ""], app: app.id)
+            #expect(inputs.senderNickname == odd)
+            #expect(inputs.templates.map(\.name) == [odd])
+            #expect(inputs.templates.first?.titlePattern == odd)
+            #expect(inputs.policy.displayStrings == ["image": odd])
+            #expect(inputs.bindings["bob"]?.map(\.deviceID) == [odd])
+            // The same as the one-by-one reads.
+            let (settings, profiles) = try await store.pushSettings(of: ["bob"], scopes: [""], app: app.id)
+            #expect(
+                inputs
+                    == RoutingInputs(
+                        notifiers: try await store.pushConfigs(app: app.id).map(Notifier.init),
+                        policy: try await store.pushPolicy(app: app.id),
+                        templates: try await store.templates(app: app.id), settings: settings, profiles: profiles,
+                        senderNickname: try await store.user("alice", app: app.id)?.nickname,
+                        bindings: try await store.bindings(of: ["bob"], app: app.id)))
+
+            let nobody = try await store.routingInputs(sender: "alice", recipients: [], scopes: [""], app: app.id)
+            #expect(nobody.bindings.isEmpty && nobody.profiles.isEmpty && nobody.settings.isEmpty)
+            #expect(nobody.notifiers.map(\.name) == ["ios"])
+            let noApp = try await store.routingInputs(sender: "alice", recipients: ["bob"], scopes: [""], app: app.id + 1000)
+            #expect(
+                noApp
+                    == RoutingInputs(
+                        notifiers: [], policy: PushPolicyRecord(), templates: [], settings: [], profiles: [:], senderNickname: nil,
+                        bindings: [:]))
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func anAppWithNothingSetGivesTheDefaults(kind: StoreKind) async throws {
         try await kind.withStore { store in

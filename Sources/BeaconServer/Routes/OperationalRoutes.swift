@@ -56,8 +56,9 @@ struct OperationalRoutes {
             checks["push_worker"] = "off"
         }
         if let cluster {
-            checks["cluster"] = cluster.isSafelyAlive ? "alive" : "heartbeat_late"
-            ready = ready && cluster.isSafelyAlive
+            // Joined beside other nodes, devices register only after a fence (`Solitude`): not ready for them yet.
+            checks["cluster"] = !cluster.isSafelyAlive ? "heartbeat_late" : cluster.registrationsOpen ? "alive" : "joining"
+            ready = ready && cluster.isSafelyAlive && cluster.registrationsOpen
         }
         checks["status"] = ready ? "ready" : "not_ready"
         return API.json(checks, status: ready ? .ok : .serviceUnavailable)
