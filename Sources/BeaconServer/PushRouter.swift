@@ -208,8 +208,8 @@ final class PushRouter: Service, Sendable {
             }
         }
         // Presence is read after the message was stored, so a device that connects from here on syncs it.
-        var online = known ?? [:]
-        if known == nil { online = try await presence.onlineDevices(of: recipients, app: app.id) }
+        let online: [String: Set<String>]
+        if let known { online = known } else { online = try await presence.onlineDevices(of: recipients, app: app.id) }
         let now = clock()
         var jobs: [NewPushJob] = []
         var payloads = MessagePayloads()
