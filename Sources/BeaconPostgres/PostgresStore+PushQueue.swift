@@ -13,7 +13,7 @@ extension PostgresStore {
     public func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute] {
         let found = try await rows(
             """
-            SELECT r.app_id AS route_app, r.message_id AS route_message, m.id AS present, \(unescaped: Self.messageColumns("m")),
+            SELECT r.app_id AS route_app, r.message_id AS route_message, r.routed_through AS route_progress, m.id AS present, \(unescaped: Self.messageColumns("m")),
                 ARRAY(SELECT i.username FROM inbox i WHERE i.app_id = r.app_id AND i.message_id = r.message_id AND i.username != m.sender
                     ORDER BY i.username) AS recipients
             FROM pending_routes r LEFT JOIN messages m ON m.app_id = r.app_id AND m.id = r.message_id
@@ -29,25 +29,27 @@ extension PostgresStore {
                 continue
             }
             routes.append(
-                PendingRoute(app: app, message: try Self.message(from: row), recipients: try row["recipients"].decode([String].self)))
+                PendingRoute(
+                    app: app, message: try Self.message(from: row), recipients: try row["recipients"].decode([String].self),
+                    routedThrough: try row["route_progress"].decode(String?.self)))
         }
         return routes
     }
 
     public func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool {
         guard let messageID = route.messageID.storedID else { return false }
-        if case .pendingRoute = route.replacing, !route.jobs.contains(where: \.awaitsBadge) {
+        if case .pendingRoute(let after, let through) = route.replacing, !route.jobs.contains(where: \.awaitsBadge) {
             let columns = JobColumns(route.jobs, badges: [:])
-            return try await !rows(RecordPendingRoute(app: app, messageID: messageID, now: route.now, columns: columns)).isEmpty
+            let part = RoutePart(after: after, through: through)
+            return try await !rows(RecordPendingRoute(app: app, messageID: messageID, now: route.now, part: part, columns: columns)).isEmpty
         }
         do {
             try await transaction { connection in
                 switch route.replacing {
-                case .pendingRoute:
-                    let removed = try await connection.query(
-                        "DELETE FROM pending_routes WHERE app_id = \(app) AND message_id = \(messageID) RETURNING 1", logger: logger
-                    ).collect().count
-                    guard removed == 1 else { throw AlreadyDecided() }
+                case .pendingRoute(let after, let through):
+                    let part = RoutePart(after: after, through: through)
+                    let moved = try await connection.rows(MovePendingRoute(app: app, messageID: messageID, part: part), logger: logger)
+                    guard moved.count == 1 else { throw AlreadyDecided() }
                 case .onlineSkips(let username, let devices):
                     // The message's row, shared: a recall of it (which takes it first, exclusively) runs wholly before or
                     // after this decision, never past the alerts it inserts.

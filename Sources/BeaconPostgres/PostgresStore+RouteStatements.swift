@@ -95,21 +95,72 @@ extension PostgresStore {
         func decodeRow(_ row: PostgresRow) throws -> Row {}
     }
 
-    /// Removes the message's pending route and, if it was there (nobody recorded the route first), inserts the jobs: a
-    /// row when it was.
+    /// Which part of a pending route a decision records (`PushRoute.Replacing.pendingRoute`).
+    struct RoutePart {
+        /// The route's progress the part starts after; nil at its start.
+        var after: String?
+        /// The part's last recipient, the route's progress once it is recorded; nil for the route's last part.
+        var through: String?
+
+        /// Common table expressions that move the pending route of $1 (app) and $2 (message) on from progress `$after` to
+        /// `$through` (its last part removes it), if its progress is still `$after`; `moved` has a row when they did.
+        static func movingOn(after: Int, through: Int) -> String {
+            """
+            removed AS (DELETE FROM pending_routes WHERE app_id = $1 AND message_id = $2
+                AND routed_through IS NOT DISTINCT FROM $\(after)::text AND $\(through)::text IS NULL RETURNING 1),
+            progressed AS (UPDATE pending_routes SET routed_through = $\(through)::text WHERE app_id = $1 AND message_id = $2
+                AND routed_through IS NOT DISTINCT FROM $\(after)::text AND $\(through)::text IS NOT NULL RETURNING 1),
+            moved AS (SELECT 1 AS one FROM removed UNION ALL SELECT 1 FROM progressed)
+            """
+        }
+
+        func append(to bindings: inout PostgresBindings) {
+            for name in [after, through] {
+                if let name { bindings.append(name) } else { bindings.appendNull() }
+            }
+        }
+    }
+
+    /// Moves the message's pending route on (`RoutePart.movingOn`): a row when it did.
+    struct MovePendingRoute: PostgresPreparedStatement {
+        static let sql = "WITH \(RoutePart.movingOn(after: 3, through: 4)) SELECT one FROM moved"
+        typealias Row = Int32
+        var app: Int64
+        var messageID: Int64
+        var part: RoutePart
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 4)
+            bindings.append(app)
+            bindings.append(messageID)
+            part.append(to: &bindings)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+    }
+
+    /// Moves the message's pending route on and, if it was where the part starts (nobody recorded the part first),
+    /// inserts the jobs: a row when it was.
     struct RecordPendingRoute: PostgresPreparedStatement {
         static let sql = """
-            WITH removed AS (DELETE FROM pending_routes WHERE app_id = $1 AND message_id = $2 RETURNING 1),
-            inserted AS (\(JobColumns.insert(where: "EXISTS (SELECT 1 FROM removed)")))
-            SELECT 1 FROM removed
+            WITH \(RoutePart.movingOn(after: 17, through: 18)),
+            inserted AS (\(JobColumns.insert(where: "EXISTS (SELECT 1 FROM moved)")))
+            SELECT one FROM moved
             """
         typealias Row = Int32
         var app: Int64
         var messageID: Int64
         var now: Int64
+        var part: RoutePart
         var columns: JobColumns
 
-        func makeBindings() throws -> PostgresBindings { columns.bindings(app: app, messageID: messageID, now: now) }
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = columns.bindings(app: app, messageID: messageID, now: now)
+            part.append(to: &bindings)
+            return bindings
+        }
+
         func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
     }
 }

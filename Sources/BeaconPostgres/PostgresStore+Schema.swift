@@ -326,5 +326,11 @@ extension PostgresStore {
                 // How long after sending a user may recall a message (`PushPolicyRecord.recallLimitSeconds`).
                 "ALTER TABLE apps ADD COLUMN recall_limit_seconds BIGINT NOT NULL DEFAULT 120"
             ]),
+        Migration(
+            version: "v10-route-progress",
+            sql: [
+                // A route recorded in parts: the last recipient whose pushes are recorded (`PendingRoute.routedThrough`).
+                "ALTER TABLE pending_routes ADD COLUMN routed_through TEXT"
+            ]),
     ]
 }

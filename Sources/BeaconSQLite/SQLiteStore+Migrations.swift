@@ -217,6 +217,10 @@ extension SQLiteStore {
             // How long after sending a user may recall a message (`PushPolicyRecord.recallLimitSeconds`).
             try db.execute(sql: "ALTER TABLE apps ADD COLUMN recall_limit_seconds INTEGER NOT NULL DEFAULT 120")
         }
+        migrator.registerMigration("v15-route-progress") { db in
+            // A route recorded in parts: the last recipient whose pushes are recorded (`PendingRoute.routedThrough`).
+            try db.execute(sql: "ALTER TABLE pending_routes ADD COLUMN routed_through TEXT")
+        }
         return migrator
     }
 }

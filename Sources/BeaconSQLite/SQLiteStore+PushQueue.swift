@@ -18,7 +18,8 @@ extension SQLiteStore {
             for row in try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT r.app_id AS route_app, r.message_id AS route_message, m.* FROM pending_routes r
+                    SELECT r.app_id AS route_app, r.message_id AS route_message, r.routed_through AS route_progress, m.*
+                    FROM pending_routes r
                     LEFT JOIN messages m ON m.app_id = r.app_id AND m.id = r.message_id
                     WHERE r.created_at < ? ORDER BY r.created_at LIMIT ?
                     """,
@@ -32,7 +33,9 @@ extension SQLiteStore {
                 }
                 let message = try Self.message(from: row, Columns(of: row))
                 let names = try String.fetchAll(recipients, arguments: [app, id, message.from])
-                routes.append(PendingRoute(app: app, message: message, recipients: names))
+                routes.append(
+                    PendingRoute(
+                        app: app, message: message, recipients: names, routedThrough: try row.decode(forColumn: "route_progress")))
             }
             return (routes, orphans)
         }
@@ -52,8 +55,15 @@ extension SQLiteStore {
         do {
             try await write { db in
                 switch route.replacing {
-                case .pendingRoute:
-                    try db.execute(sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ?", arguments: [app, messageID])
+                case .pendingRoute(let after, let through?):
+                    try db.execute(
+                        sql: "UPDATE pending_routes SET routed_through = ? WHERE app_id = ? AND message_id = ? AND routed_through IS ?",
+                        arguments: [through, app, messageID, after])
+                    guard db.changesCount == 1 else { throw AlreadyDecided() }
+                case .pendingRoute(let after, nil):
+                    try db.execute(
+                        sql: "DELETE FROM pending_routes WHERE app_id = ? AND message_id = ? AND routed_through IS ?",
+                        arguments: [app, messageID, after])
                     guard db.changesCount == 1 else { throw AlreadyDecided() }
                 case .onlineSkips(let username, let devices):
                     let delete = try db.cachedStatement(

@@ -21,6 +21,8 @@ public struct BeaconHooks: Sendable {
     /// Called after each heartbeat of a cluster node was recorded (several nodes only): a test holds a node's next
     /// heartbeats there.
     public var afterHeartbeat: (@Sendable () async -> Void)?
+    /// Recipients a message's route decides and records at a time (`PushRouter.partSize`); tests make it small.
+    public var routePartSize = 1000
 
     public init() {}
 }
@@ -101,8 +103,7 @@ public struct BeaconServer: Sendable {
         let pushRouter = pushWorker.map { worker in
             PushRouter(
                 store: store, presence: switchboard, clock: configuration.clock, logger: logger,
-                afterPresence: hooks.afterPresence,
-                metrics: metrics, jobsStored: { worker.jobsStored() })
+                afterPresence: hooks.afterPresence, metrics: metrics, partSize: hooks.routePartSize, jobsStored: { worker.jobsStored() })
         }
         self.pushRouter = pushRouter
         webhookSender = configuration.secretBox.map { box in

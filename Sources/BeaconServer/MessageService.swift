@@ -184,7 +184,7 @@ final class MessageService: Sendable {
                 for (message, recipients) in messages where routed.contains(message.id) {
                     do {
                         let existing = recipients.filter { $0 != message.from && stored[message.id]?.contains($0) == true }
-                        try await router.route(message, recipients: existing, app: app, online: online)
+                        try await router.route(message, recipients: existing, app: app, online: online, handingOn: true)
                     } catch {
                         // The message is stored with its pending route: the router's sweep decides its pushes shortly.
                         logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])

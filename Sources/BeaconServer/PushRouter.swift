@@ -38,11 +38,19 @@ final class PushRouter: Service, Sendable {
     static let rerouteLimit = 1000
     /// How often the `online` skips of devices now offline are looked for, beyond those a device's leaving decides again.
     static let redecideInterval: Duration = .seconds(60)
+    /// Rests of routes waiting for the router's task at most; beyond, the sweep takes them.
+    static let restQueueLimit = 256
+    /// Recipients decided and recorded at a time (`route`).
+    let partSize: Int
+    /// Rests of routes handed on by sends (`route(handingOn:)`), for `routeRests`.
+    private let rests = AsyncStream.makeStream(of: Rest.self, bufferingPolicy: .bufferingOldest(PushRouter.restQueueLimit))
 
     init(
         store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
-        afterPresence: (@Sendable (UInt64) async throws -> Void)? = nil, metrics: BeaconMetrics, jobsStored: @escaping @Sendable () -> Void
+        afterPresence: (@Sendable (UInt64) async throws -> Void)? = nil, metrics: BeaconMetrics, partSize: Int,
+        jobsStored: @escaping @Sendable () -> Void
     ) {
+        self.partSize = max(partSize, 1)
         self.metrics = metrics
         self.store = store
         self.presence = presence
@@ -52,18 +60,74 @@ final class PushRouter: Service, Sendable {
         self.jobsStored = jobsStored
     }
 
-    /// Decides and records the pushes of a message stored with a pending route. Safe to call twice: only one records.
-    /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery); otherwise
-    /// presence is read here.
-    func route(_ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil) async throws {
-        let decided = try await decide(message, for: recipients, app: app, onlyDevices: nil, online: online)
+    /// Decides and records the pushes of a message stored with a pending route, from its recipients after `progress`
+    /// (`PendingRoute.routedThrough`) on, `partSize` recipients at a time in `RouteOrder`: each part is recorded with the
+    /// route's progress, so a group's first pushes leave while the rest is decided, and a crash resumes after the last
+    /// part recorded. Safe to call twice: each part is recorded once, and a call that finds its part recorded stops.
+    /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery), used for
+    /// the first part; otherwise, and for later parts, presence is read here. With `handingOn`, only the first part is
+    /// routed here and the rest by the router's own task (a send is answered without waiting for a large group's
+    /// pushes; if that task never gets to it, the pending route's sweep does).
+    func route(
+        _ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil, after progress: String? = nil,
+        handingOn: Bool = false
+    ) async throws {
+        let remaining = RouteOrder.remaining(recipients, after: progress)
+        var start = 0
+        var after = progress
+        var online = online
+        while true {
+            let end = min(start + partSize, remaining.count)
+            let part = Array(remaining[start..<end])
+            let through = end < remaining.count ? part.last : nil
+            guard try await route(message, part: part, app: app, online: online, after: after, through: through), let through else {
+                return
+            }
+            (start, after, online) = (end, through, nil)
+            if handingOn {
+                let rest = Rest(message: message, recipients: Array(remaining[end...]), app: app, after: through)
+                if case .dropped = rests.continuation.yield(rest) {
+                    logger.warning("the router's queue is full: its sweep routes the rest", metadata: ["message": "\(message.id)"])
+                }
+                return
+            }
+        }
+    }
+
+    /// Decides and records one part of a route: false when it was recorded by someone else (or the route is gone).
+    private func route(
+        _ message: Message, part: [String], app: AppRecord, online: [String: Set<String>]?, after: String?, through: String?
+    ) async throws -> Bool {
+        let decided = try await decide(message, for: part, app: app, onlyDevices: nil, online: online)
         if let afterPresence { try await afterPresence(message.id) }
-        let route = PushRoute(messageID: message.id, replacing: .pendingRoute, jobs: decided.jobs, now: clock())
-        guard try await store.recordRoute(route, app: app.id) else { return }
+        let route = PushRoute(
+            messageID: message.id, replacing: .pendingRoute(after: after, through: through), jobs: decided.jobs, now: clock())
+        guard try await store.recordRoute(route, app: app.id) else { return false }
         metrics.pushDecisions(decided.jobs, redecided: false)
         if decided.jobs.contains(where: { $0.skipReason == nil }) { jobsStored() }
         for username in try await wentOfflineSince(decided) {
             await deviceWentOffline(username, app: app)
+        }
+        return true
+    }
+
+    /// The rest of a route whose first part was recorded while its message's send waited (`route(handingOn:)`).
+    struct Rest: Sendable {
+        var message: Message
+        var recipients: [String]
+        var app: AppRecord
+        var after: String
+    }
+
+    /// Routes the rests handed on, one at a time, until the service stops.
+    private func routeRests() async {
+        for await rest in rests.stream {
+            do {
+                try await route(rest.message, recipients: rest.recipients, app: rest.app, after: rest.after)
+            } catch {
+                // The pending route keeps its progress: the sweep routes the rest shortly.
+                logger.error("routing the rest of a message failed", metadata: ["message": "\(rest.message.id)", "error": "\(error)"])
+            }
         }
     }
 
@@ -124,6 +188,7 @@ final class PushRouter: Service, Sendable {
     /// here; later, a re-decision that failed (the database was unreachable when the device left, or when its node died).
     func run() async throws {
         await withDiscardingTaskGroup { group in
+            group.addTask { await self.routeRests() }
             group.addTask {
                 while Task.serviceShouldContinue {
                     await self.redecideOfflineSkips()
@@ -166,7 +231,7 @@ final class PushRouter: Service, Sendable {
                 if apps[route.app] == nil { apps[route.app] = try await store.app(id: route.app) }
                 guard let app = apps[route.app] else { continue }
                 do {
-                    try await self.route(route.message, recipients: route.recipients, app: app)
+                    try await self.route(route.message, recipients: route.recipients, app: app, after: route.routedThrough)
                     routed += 1
                 } catch {
                     // One route that cannot be decided now must not hold up the others; it is tried at the next sweep.

@@ -8,9 +8,10 @@ public protocol PushQueueStore: Sendable {
 
     /// Messages whose pending route was stored before `before` (ms), oldest first, with their recipients.
     func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute]
-    /// Records the push decisions for one message: puts each receiver's badge (`badge(of:app:)`) into their jobs'
-    /// payloads, stores the jobs, and removes what made the decision due (the pending route, or the online
-    /// skips being replaced). All or nothing; false, storing nothing, when that was already gone (decided elsewhere).
+    /// Records the push decisions for one message, or for a part of its recipients: puts each receiver's badge
+    /// (`badge(of:app:)`) into their jobs' payloads, stores the jobs, and removes what made the decision due (the pending
+    /// route, or the online skips being replaced) or, for a part that is not the route's last, moves the pending route's
+    /// progress on. All or nothing; false, storing nothing, when that was already gone or moved (decided elsewhere).
     func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool
     /// The user's messages whose devices were skipped as `online` and that no device of the user has acknowledged or
     /// marked read (skips of devices no longer bound are left out), oldest first.
@@ -240,17 +241,39 @@ public struct PushAttemptOutcome: Sendable, Hashable {
     }
 }
 
-/// A stored message whose pushes have not been decided yet (the server stopped between storing and routing it).
+/// A stored message whose pushes have not been decided yet, or not for all its recipients (the server stopped between
+/// storing and routing it, or in the middle of its route).
 public struct PendingRoute: Sendable, Hashable {
     public var app: Int64
     public var message: Message
     /// Who receives it (its inbox holders but the sender).
     public var recipients: [String]
+    /// The last recipient (in `RouteOrder`) whose pushes are recorded; nil when none is.
+    public var routedThrough: String?
 
-    public init(app: Int64, message: Message, recipients: [String]) {
+    public init(app: Int64, message: Message, recipients: [String], routedThrough: String? = nil) {
         self.app = app
         self.message = message
         self.recipients = recipients
+        self.routedThrough = routedThrough
+    }
+}
+
+/// The order in which a route records its recipients' pushes, part by part: by the UTF-8 bytes of their usernames, the
+/// order both engines compare text in (SQLite's `BINARY`, PostgreSQL's `COLLATE "C"`) — so a route's stored progress
+/// (`PendingRoute.routedThrough`) says exactly who is left.
+public enum RouteOrder {
+    public static func precedes(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+
+    /// The recipients still to route after `progress`, in route order, each once.
+    public static func remaining(_ recipients: [String], after progress: String?) -> [String] {
+        // Compared by bytes, not `==` (canonical equivalence), which would take two usernames for one.
+        var remaining: [String] = []
+        for name in recipients.sorted(by: precedes) where progress.map({ precedes($0, name) }) ?? true {
+            if let last = remaining.last, last.utf8.elementsEqual(name.utf8) { continue }
+            remaining.append(name)
+        }
+        return remaining
     }
 }
 
@@ -282,8 +305,10 @@ public struct SkippedDevice: Sendable, Hashable {
 public struct PushRoute: Sendable {
     /// What the decisions replace, which must still be there: that makes each decision happen once.
     public enum Replacing: Sendable, Hashable {
-        /// The message's pending route (its first decision).
-        case pendingRoute
+        /// The message's pending route (its first decision): the jobs of its recipients after `after` (`RouteOrder`),
+        /// which must be the route's stored progress. `through` is the last recipient of a part that is not the route's
+        /// last, and becomes its progress; nil for the last part, which removes the pending route.
+        case pendingRoute(after: String? = nil, through: String? = nil)
         /// The `online` skips of one user's devices (decided again once they went offline).
         case onlineSkips(username: String, devices: [SkippedDevice])
         /// Nothing: pushes that belong to no stored message (a test push, under an id of its own).

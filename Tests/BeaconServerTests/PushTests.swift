@@ -2,15 +2,17 @@ import APNsSimulator
 import BeaconAPNs
 import BeaconClient
 import BeaconCore
-import BeaconServer
 import BeaconStorage
 import BeaconTesting
 import Crypto
 import Foundation
 import NIOSSL
 import SwiftASN1
+import Synchronization
 import Testing
 import X509
+
+@testable import BeaconServer
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -440,4 +442,55 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
         ["pkcs12", "-export", "-inkey", "key.pem", "-in", "cert.pem", "-passout", "pass:\(password)", "-out", "out.p12"], in: directory)
     guard openssl.status == 0 else { throw TestFailure("openssl pkcs12 -export failed") }
     return try Data(contentsOf: directory.appendingPathComponent("out.p12"))
+}
+
+/// A group's route is decided and recorded in parts (issue 26): each member is pushed once, and a route that stopped
+/// after some parts resumes after the last one recorded.
+@Suite struct RouteInPartsTests {
+    @Test func aGroupRouteThatStopsMidwayResumesWithEachMemberPushedOnce() async throws {
+        let decisions = Mutex(0)
+        struct Interrupted: Error {}
+        var hooks = BeaconHooks()
+        hooks.routePartSize = 2
+        // The second part (the first the router's own task takes on) fails once, as a crash there would leave it.
+        hooks.afterPresence = { _ in
+            if decisions.withLock({
+                $0 += 1
+                return $0 == 2
+            }) {
+                throw Interrupted()
+            }
+        }
+        let clock = TestClock()
+        let members = (1...7).map { "m\($0)" }
+        try await withPushBeacon(clock: clock, hooks: hooks) { beacon, simulator in
+            try await beacon.createUsers(["alice"] + members)
+            try await beacon.uploadP8()
+            for (index, member) in members.enumerated() {
+                _ = try await beacon.bind(member, token: String(repeating: String(format: "%02x", index + 1), count: 32))
+            }
+            let group = try await beacon.createGroup(owner: "alice", members: members)
+            let (status, answer) = try await beacon.rest(
+                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
+            #expect(status == 200, "\(answer)")
+            // The send's own part: two members.
+            _ = try await beacon.pushOutcomes.attempts(2)
+            try await waitUntil("the rest failed", timeout: .seconds(10), interval: .milliseconds(20)) {
+                decisions.withLock { $0 >= 2 }
+            }
+            #expect(try await beacon.store.pendingRoutes(before: .max, limit: 10).map(\.routedThrough) == ["m2"])
+            // The sweep takes the route where it stopped (run here: its timer is slow when the machine is busy).
+            clock.advance(seconds: 10)
+            try await #require(beacon.server.pushRouter).sweep()
+            _ = try await beacon.pushOutcomes.attempts(members.count)
+            try await waitUntil("the route is finished", timeout: .seconds(10), interval: .milliseconds(20)) {
+                try await beacon.store.pendingRoutes(before: .max, limit: 10).isEmpty
+            }
+            let tokens = simulator.deliveries().map(\.deviceToken)
+            #expect(tokens.count == members.count && Set(tokens).count == members.count)
+            let app = try #require(try await beacon.store.app(beacon.app))
+            let jobs = try await beacon.store.pushJobs(app: app.id, username: nil, messageID: nil, limit: 100)
+            #expect(jobs.map(\.job.username).sorted() == members)
+        }
+    }
 }

@@ -86,7 +86,7 @@ struct ClusterStoreTests {
                 username: "bob", deviceID: "phone", notifier: "n", deviceToken: "t1", topic: "com.example", pushType: .alert,
                 priority: .immediate,
                 expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{}")
-            #expect(try await store.recordRoute(PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [job], now: now), app: app.id))
+            #expect(try await store.recordRoute(PushRoute(messageID: 7, replacing: .pendingRoute(), jobs: [job], now: now), app: app.id))
             let claimed = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10, node: dead.epoch)
             #expect(claimed.count == 1)
             #expect(try await store.claimPushJobs(now: now + 1, lease: 60_000, limit: 10, node: live.epoch).isEmpty)  // leased

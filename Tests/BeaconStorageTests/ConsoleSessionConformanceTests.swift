@@ -88,7 +88,7 @@ import Testing
                 #expect(
                     try await store.recordRoute(
                         PushRoute(
-                            messageID: id, replacing: .pendingRoute, jobs: [Self.job("phone"), Self.job("pad", skip: "dnd")], now: time),
+                            messageID: id, replacing: .pendingRoute(), jobs: [Self.job("phone"), Self.job("pad", skip: "dnd")], now: time),
                         app: app.id))
             }
             let activity = try await store.activity(app: app.id, since: now)

@@ -25,7 +25,7 @@ import Testing
                 app: app.id, receipt: nil)
             #expect(
                 try await store.recordRoute(
-                    PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
+                    PushRoute(messageID: 1, replacing: .pendingRoute(), jobs: [Self.job("bob")], now: now), app: app.id))
             let claimed = try #require(try await store.claimPushJobs(now: now, lease: 60_000, limit: 10).first)
             #expect(try await store.bindingHolds(for: claimed))
 
@@ -69,7 +69,7 @@ import Testing
             #expect(try await !store.bind(phone, app: app.id, holder: old.uuid))
             #expect(
                 try await store.recordRoute(
-                    PushRoute(messageID: 1, replacing: .pendingRoute, jobs: [Self.job("bob")], now: now), app: app.id))
+                    PushRoute(messageID: 1, replacing: .pendingRoute(), jobs: [Self.job("bob")], now: now), app: app.id))
             try await makeUsers(store, app, ["bob"])
             #expect(try await store.bindings(of: "bob", app: app.id).isEmpty)
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: nil, limit: 10).isEmpty)

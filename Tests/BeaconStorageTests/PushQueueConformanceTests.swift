@@ -72,7 +72,7 @@ import Testing
             [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
             app: app.id,
             receipt: nil)
-        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id)
+        return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute(), jobs: jobs, now: now), app: app.id)
     }
 
     @Test(arguments: StoreKind.available)
@@ -173,7 +173,7 @@ import Testing
             let pending = try await store.pendingRoutes(before: now + 1, limit: 10)
             #expect(pending.map(\.message.id) == [7])
             #expect(pending.first?.recipients == ["bob"])
-            let route = PushRoute(messageID: 7, replacing: .pendingRoute, jobs: [Self.job("bob", skip: "no_binding")], now: now)
+            let route = PushRoute(messageID: 7, replacing: .pendingRoute(), jobs: [Self.job("bob", skip: "no_binding")], now: now)
             #expect(try await store.recordRoute(route, app: app.id))
             #expect(try await !store.recordRoute(route, app: app.id))  // decided once
             #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: 7, limit: 10).count == 1)
@@ -185,7 +185,7 @@ import Testing
                     app: app.id, receipt: nil)
                 // Skipped jobs (PostgreSQL: one statement) and one awaiting its badge (a transaction).
                 let job = id.isMultiple(of: 2) ? Self.job("bob", skip: "online") : Self.job("bob")
-                let racing = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: now)
+                let racing = PushRoute(messageID: id, replacing: .pendingRoute(), jobs: [job], now: now)
                 let recorded = try await withThrowingTaskGroup(of: Bool.self) { group in
                     for _ in 0..<4 { group.addTask { try await store.recordRoute(racing, app: app.id) } }
                     return try await group.reduce(into: [Bool]()) { $0.append($1) }
@@ -194,6 +194,53 @@ import Testing
                 #expect(try await store.pushJobs(app: app.id, username: "bob", messageID: id, limit: 10).count == 1)
             }
         }
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aRouteRecordedInPartsMovesItsProgressOnceAPart(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let members = ["alice", "bob", "carol", "dave"]
+            try await makeUsers(store, app, members)
+            _ = try await store.append(
+                [
+                    NewMessage(
+                        message: text(7, from: "alice", to: "bob"), deliveries: members.dropFirst().map { Delivery(username: $0) },
+                        routesPushes: true)
+                ],
+                app: app.id, receipt: nil)
+            func record(after: String?, through: String?, _ jobs: [NewPushJob]) async throws -> Bool {
+                try await store.recordRoute(
+                    PushRoute(messageID: 7, replacing: .pendingRoute(after: after, through: through), jobs: jobs, now: now), app: app.id)
+            }
+            // A part recorded by someone else, or one that does not start where the route stands, records nothing.
+            #expect(try await !record(after: "bob", through: "carol", [Self.job("carol")]))
+            #expect(try await record(after: nil, through: "bob", [Self.job("bob", skip: "online")]))
+            #expect(try await !record(after: nil, through: "bob", [Self.job("bob", skip: "online")]))
+            #expect(try await !record(after: nil, through: nil, [Self.job("bob")]))
+            // The sweep finds the route where it stands.
+            let pending = try await store.pendingRoutes(before: now + 1, limit: 10)
+            #expect(pending.map(\.routedThrough) == ["bob"])
+            #expect(pending.first.map { RouteOrder.remaining($0.recipients, after: $0.routedThrough) } == ["carol", "dave"])
+            // A part whose jobs await their badge (a transaction on PostgreSQL), then the last part, which removes the route.
+            #expect(try await record(after: "bob", through: "carol", [Self.job("carol")]))
+            #expect(try await !record(after: "bob", through: "carol", [Self.job("carol")]))
+            #expect(try await record(after: "carol", through: nil, [Self.job("dave", skip: "dnd")]))
+            #expect(try await !record(after: "carol", through: nil, [Self.job("dave", skip: "dnd")]))
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
+            let jobs = try await store.pushJobs(app: app.id, username: nil, messageID: 7, limit: 10)
+            #expect(jobs.map(\.job.username).sorted() == ["bob", "carol", "dave"])
+            #expect(jobs.filter { $0.job.username == "carol" }.map(\.job.payload) == [#"{"aps":{"alert":"x","badge":1}}"#])
+        }
+    }
+
+    @Test func aRouteOrdersItsRecipientsByTheirBytesEachOnce() {
+        let names = ["b", "B", "a", "é", "e", "b", "Z", "ab"]
+        #expect(RouteOrder.remaining(names, after: nil) == ["B", "Z", "a", "ab", "b", "e", "é"])
+        #expect(RouteOrder.remaining(names, after: "a") == ["ab", "b", "e", "é"])
+        #expect(RouteOrder.remaining(names, after: "é").isEmpty)
+        // As the engines compare text: NFC "é" (C3 A9) after "e\u{301}" (65 CC 81), which Swift's `<` holds equal.
+        #expect(RouteOrder.remaining(["\u{E9}", "e\u{301}"], after: nil) == ["e\u{301}", "\u{E9}"])
     }
 
     @Test(arguments: StoreKind.available)

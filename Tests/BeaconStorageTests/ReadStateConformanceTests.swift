@@ -112,7 +112,7 @@ import Testing
             #expect(
                 try await store.recordRoute(
                     PushRoute(
-                        messageID: 2, replacing: .pendingRoute, jobs: [Self.alert(device: "phone"), Self.alert(device: "pad")], now: now),
+                        messageID: 2, replacing: .pendingRoute(), jobs: [Self.alert(device: "phone"), Self.alert(device: "pad")], now: now),
                     app: app.id))
             let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
             #expect(claimed.map(\.job.payload) == Array(repeating: #"{"aps":{"alert":"x","badge":11}}"#, count: 2))
@@ -127,7 +127,7 @@ import Testing
             #expect(
                 try await store.recordRoute(
                     PushRoute(
-                        messageID: 3, replacing: .pendingRoute, jobs: [Self.alert(device: "tablet"), Self.alert(device: "pad")],
+                        messageID: 3, replacing: .pendingRoute(), jobs: [Self.alert(device: "tablet"), Self.alert(device: "pad")],
                         now: now + 1),
                     app: app.id))
             _ = try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 1)

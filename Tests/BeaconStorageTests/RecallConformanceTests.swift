@@ -54,7 +54,8 @@ import Testing
             #expect(
                 try await store.recordRoute(
                     PushRoute(
-                        messageID: 1, replacing: .pendingRoute, jobs: [Self.alert(device: "d1"), Self.alert(device: "d3", skip: "online")],
+                        messageID: 1, replacing: .pendingRoute(),
+                        jobs: [Self.alert(device: "d1"), Self.alert(device: "d3", skip: "online")],
                         now: now), app: app.id))
             let sent = try await store.claimPushJobs(now: now, lease: 60_000, limit: 10)
             try await store.recordPushAttempts(
@@ -133,7 +134,7 @@ import Testing
             for (id, outcome) in [(UInt64(1), PushJobStatus.sent), (3, .pending)] {
                 #expect(
                     try await store.recordRoute(
-                        PushRoute(messageID: id, replacing: .pendingRoute, jobs: [Self.alert(device: "d1")], now: now), app: app.id))
+                        PushRoute(messageID: id, replacing: .pendingRoute(), jobs: [Self.alert(device: "d1")], now: now), app: app.id))
                 let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
                 try await store.recordPushAttempts(
                     claimed.map {

@@ -30,7 +30,7 @@ func queueOneJob(
         username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: priority,
         expiration: 0,
         collapseID: nil, apnsID: apnsID, payload: #"{"aps":{"alert":"x"}}"#)
-    return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: [job], now: time), app: app.id)
+    return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute(), jobs: [job], now: time), app: app.id)
 }
 
 /// The app of a conformance test; with `pushConfig`, a push configuration named `ios` too, without which no message of the
@@ -184,7 +184,7 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                             _ = try await store.append(
                                 [NewMessage(message: message, deliveries: recipients.map { Delivery(username: $0) }, routesPushes: true)],
                                 app: app.id, receipt: nil)
-                            let route = PushRoute(messageID: id, replacing: .pendingRoute, jobs: [], now: now)
+                            let route = PushRoute(messageID: id, replacing: .pendingRoute(), jobs: [], now: now)
                             #expect(try await store.recordRoute(route, app: app.id))
                         }
                         return []
@@ -213,7 +213,7 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                     priority: .immediate,
                     expiration: 0, collapseID: nil, apnsID: UUID(), payload: "{\"aps\":{\"x\":1}}", badgeOffset: 13)
             }
-            #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute, jobs: jobs, now: now), app: app.id))
+            #expect(try await store.recordRoute(PushRoute(messageID: probe, replacing: .pendingRoute(), jobs: jobs, now: now), app: app.id))
             for (index, member) in members.enumerated() {
                 // Sender s reaches members s...s+5 (mod 10).
                 let received = perSender * (0..<8).filter { ((index - $0) % 10 + 10) % 10 < 6 }.count

@@ -27,7 +27,7 @@ import Testing
         _ = try await store.append(
             [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)],
             app: app.id, receipt: nil)
-        #expect(try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute, jobs: jobs, now: time), app: app.id))
+        #expect(try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute(), jobs: jobs, now: time), app: app.id))
     }
 
     @Test(arguments: StoreKind.available)
