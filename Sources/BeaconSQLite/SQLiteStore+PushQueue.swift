@@ -89,9 +89,8 @@ extension SQLiteStore {
     /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
     /// route was decided (their records went with them; a user created again under the name is another user).
     static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
-        var badges: [String: Int] = [:]
-        var exists: [String: Bool] = [:]
-        let userExists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM users WHERE app_id = ? AND username = ?)")
+        // The receivers that still exist, with their badges: one statement for the route's part.
+        let badges = try Self.badges(of: Array(Set(route.jobs.map(\.username))), app: app, db: db)
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
@@ -99,13 +98,7 @@ extension SQLiteStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for job in route.jobs {
-            if exists[job.username] == nil {
-                exists[job.username] = try Bool.fetchOne(userExists, arguments: [app, job.username]) ?? false
-            }
-            guard exists[job.username] == true else { continue }
-            if job.awaitsBadge, badges[job.username] == nil {
-                badges[job.username] = try badge(of: job.username, app: app, db: db)
-            }
+            guard badges[job.username] != nil else { continue }
             try insert.execute(arguments: [
                 app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType.rawValue,
                 job.priority.rawValue, job.expiration, job.collapseID, StoredForm.text(of: job.apnsID),

@@ -169,21 +169,34 @@ extension SQLiteStore {
 
     /// The user's badge (see `BeaconStore.badge(of:app:)`); 0 for a user that does not exist.
     static func badge(of username: String, app: Int64, db: Database) throws -> Int {
-        // Cached: a group message records one badge per member.
-        let statement = try db.cachedStatement(
-            sql: """
-                SELECT u.badge + (
-                    SELECT COUNT(*) FROM inbox i
-                    LEFT JOIN conversation_reads r ON r.app_id = i.app_id AND r.username = i.username AND r.conversation = i.conversation
-                    LEFT JOIN push_settings s ON s.app_id = i.app_id AND s.username = i.username AND s.scope = i.conversation
-                    WHERE i.app_id = u.app_id AND i.username = u.username AND i.counts = 1 AND i.seq > u.badge_seq
-                        AND i.seq > COALESCE(r.read_seq, 0)
-                        AND (a.badge_counts_muted = 1 OR COALESCE(NULLIF(s.remind_type, 'DEFAULT'), p.remind_type, 'ALL') != 'NONE'))
-                FROM users u JOIN apps a ON a.id = u.app_id
-                LEFT JOIN push_settings p ON p.app_id = u.app_id AND p.username = u.username AND p.scope = ''
-                WHERE u.app_id = ? AND u.username = ?
-                """)
-        return try Int.fetchOne(statement, arguments: [app, username]) ?? 0
+        try badges(of: [username], app: app, db: db)[username] ?? 0
+    }
+
+    /// The badges of these users (see `BeaconStore.badge(of:app:)`), one statement per 500 of them (a route's part reads
+    /// its receivers' together); users that do not exist are absent.
+    static func badges(of usernames: [String], app: Int64, db: Database) throws -> [String: Int] {
+        var badges: [String: Int] = [:]
+        for chunk in chunks(usernames) {
+            let rows = try Row.fetchCursor(
+                db,
+                sql: """
+                    SELECT u.username, u.badge + (
+                        SELECT COUNT(*) FROM inbox i
+                        LEFT JOIN conversation_reads r ON r.app_id = i.app_id AND r.username = i.username AND r.conversation = i.conversation
+                        LEFT JOIN push_settings s ON s.app_id = i.app_id AND s.username = i.username AND s.scope = i.conversation
+                        WHERE i.app_id = u.app_id AND i.username = u.username AND i.counts = 1 AND i.seq > u.badge_seq
+                            AND i.seq > COALESCE(r.read_seq, 0)
+                            AND (a.badge_counts_muted = 1 OR COALESCE(NULLIF(s.remind_type, 'DEFAULT'), p.remind_type, 'ALL') != 'NONE'))
+                    FROM users u JOIN apps a ON a.id = u.app_id
+                    LEFT JOIN push_settings p ON p.app_id = u.app_id AND p.username = u.username AND p.scope = ''
+                    WHERE u.app_id = ? AND u.username IN (\(marks(chunk.count)))
+                    """,
+                arguments: StatementArguments([app] + chunk.map { $0 as any DatabaseValueConvertible }))
+            while let row = try rows.next() {
+                badges[try row.decode(String.self, atIndex: 0)] = try row.decode(Int.self, atIndex: 1)
+            }
+        }
+        return badges
     }
 
     private static func readMarker(from row: Row) throws -> ReadMarker? {
