@@ -48,7 +48,8 @@ extension PostgresStore {
                 switch route.replacing {
                 case .pendingRoute(let after, let through):
                     let part = RoutePart(after: after, through: through)
-                    let moved = try await connection.rows(MovePendingRoute(app: app, messageID: messageID, part: part), logger: logger)
+                    let moved = try await connection.rows(
+                        MovePendingRoute(app: app, messageID: messageID, now: route.now, part: part), logger: logger)
                     guard moved.count == 1 else { throw AlreadyDecided() }
                 case .onlineSkips(let username, let devices):
                     // The message's row, shared: a recall of it (which takes it first, exclusively) runs wholly before or
@@ -83,11 +84,14 @@ extension PostgresStore {
     /// route was decided (their records went with them; a user created again under the name is another user). Each
     /// receiver's row is key-share locked: a deletion either finishes first (no job) or waits and deletes the jobs too.
     func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, connection: PostgresConnection) async throws {
+        let decided: Bool = if case .nothing = route.replacing { false } else { true }
         let badged = Set(route.jobs.filter(\.awaitsBadge).map(\.username))
         let badges = try await Self.badges(of: Array(badged), app: app, connection: connection, logger: logger)
         guard !route.jobs.isEmpty else { return }
         _ = try await connection.rows(
-            InsertJobs(app: app, messageID: messageID, now: route.now, columns: JobColumns(route.jobs, badges: badges)), logger: logger)
+            InsertJobs(
+                app: app, messageID: messageID, now: route.now, decided: decided, columns: JobColumns(route.jobs, badges: badges)),
+            logger: logger)
     }
 
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {

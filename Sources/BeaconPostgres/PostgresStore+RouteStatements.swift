@@ -63,6 +63,10 @@ extension PostgresStore {
             return bindings
         }
 
+        /// A decided job's receiver still holds its message: one deleted since the decision holds none, nor does a user
+        /// created again under the name (another user).
+        static let held = "EXISTS (SELECT 1 FROM inbox i WHERE i.app_id = $1 AND i.message_id = $2 AND i.username = j.u)"
+
         /// Inserts the jobs bound by `bindings`, but for receivers deleted since the route was decided; each receiver's
         /// row is key-share locked, so a deletion either finishes first (no job) or waits and deletes the jobs too.
         /// `condition` is appended to the selection's WHERE.
@@ -82,16 +86,22 @@ extension PostgresStore {
         }
     }
 
-    /// A route's jobs, in the transaction that records it.
+    /// A route's jobs, in the transaction that records it: with `decided`, only those whose receiver still holds the
+    /// message (`JobColumns.held`).
     struct InsertJobs: PostgresPreparedStatement {
-        static let sql = JobColumns.insert(where: "true")
+        static let sql = JobColumns.insert(where: "(NOT $17::bool OR \(JobColumns.held))")
         typealias Row = Void
         var app: Int64
         var messageID: Int64
         var now: Int64
+        var decided: Bool
         var columns: JobColumns
 
-        func makeBindings() throws -> PostgresBindings { columns.bindings(app: app, messageID: messageID, now: now) }
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = columns.bindings(app: app, messageID: messageID, now: now)
+            bindings.append(decided)
+            return bindings
+        }
         func decodeRow(_ row: PostgresRow) throws -> Row {}
     }
 
@@ -103,12 +113,14 @@ extension PostgresStore {
         var through: String?
 
         /// Common table expressions that move the pending route of $1 (app) and $2 (message) on from progress `$after` to
-        /// `$through` (its last part removes it), if its progress is still `$after`; `moved` has a row when they did.
-        static func movingOn(after: Int, through: Int) -> String {
+        /// `$through` at `$now`, its age starting again (its last part removes it), if its progress is still `$after`;
+        /// `moved` has a row when they did.
+        static func movingOn(now: Int, after: Int, through: Int) -> String {
             """
             removed AS (DELETE FROM pending_routes WHERE app_id = $1 AND message_id = $2
                 AND routed_through IS NOT DISTINCT FROM $\(after)::text AND $\(through)::text IS NULL RETURNING 1),
-            progressed AS (UPDATE pending_routes SET routed_through = $\(through)::text WHERE app_id = $1 AND message_id = $2
+            progressed AS (UPDATE pending_routes SET routed_through = $\(through)::text, created_at = $\(now)::bigint
+                WHERE app_id = $1 AND message_id = $2
                 AND routed_through IS NOT DISTINCT FROM $\(after)::text AND $\(through)::text IS NOT NULL RETURNING 1),
             moved AS (SELECT 1 AS one FROM removed UNION ALL SELECT 1 FROM progressed)
             """
@@ -123,16 +135,18 @@ extension PostgresStore {
 
     /// Moves the message's pending route on (`RoutePart.movingOn`): a row when it did.
     struct MovePendingRoute: PostgresPreparedStatement {
-        static let sql = "WITH \(RoutePart.movingOn(after: 3, through: 4)) SELECT one FROM moved"
+        static let sql = "WITH \(RoutePart.movingOn(now: 3, after: 4, through: 5)) SELECT one FROM moved"
         typealias Row = Int32
         var app: Int64
         var messageID: Int64
+        var now: Int64
         var part: RoutePart
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 4)
+            var bindings = PostgresBindings(capacity: 5)
             bindings.append(app)
             bindings.append(messageID)
+            bindings.append(now)
             part.append(to: &bindings)
             return bindings
         }
@@ -144,8 +158,8 @@ extension PostgresStore {
     /// inserts the jobs: a row when it was.
     struct RecordPendingRoute: PostgresPreparedStatement {
         static let sql = """
-            WITH \(RoutePart.movingOn(after: 17, through: 18)),
-            inserted AS (\(JobColumns.insert(where: "EXISTS (SELECT 1 FROM moved)")))
+            WITH \(RoutePart.movingOn(now: 3, after: 17, through: 18)),
+            inserted AS (\(JobColumns.insert(where: "EXISTS (SELECT 1 FROM moved) AND \(JobColumns.held)")))
             SELECT one FROM moved
             """
         typealias Row = Int32

@@ -57,8 +57,11 @@ extension SQLiteStore {
                 switch route.replacing {
                 case .pendingRoute(let after, let through?):
                     try db.execute(
-                        sql: "UPDATE pending_routes SET routed_through = ? WHERE app_id = ? AND message_id = ? AND routed_through IS ?",
-                        arguments: [through, app, messageID, after])
+                        sql: """
+                            UPDATE pending_routes SET routed_through = ?, created_at = ?
+                            WHERE app_id = ? AND message_id = ? AND routed_through IS ?
+                            """,
+                        arguments: [through, route.now, app, messageID, after])
                     guard db.changesCount == 1 else { throw AlreadyDecided() }
                 case .pendingRoute(let after, nil):
                     try db.execute(
@@ -87,10 +90,14 @@ extension SQLiteStore {
     }
 
     /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
-    /// route was decided (their records went with them; a user created again under the name is another user).
+    /// route was decided (their records went with them; a user created again under the name is another user, who does
+    /// not hold the message): a decision's receivers must still hold its message, a withdrawal's must still exist.
     static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
-        // The receivers that still exist, with their badges: one statement for the route's part.
-        let badges = try Self.badges(of: Array(Set(route.jobs.map(\.username))), app: app, db: db)
+        let receivers = Array(Set(route.jobs.map(\.username)))
+        let holding: Int64? = if case .nothing = route.replacing { nil } else { messageID }
+        let present = try Self.present(receivers, holding: holding, app: app, db: db)
+        let badged = Set(route.jobs.filter { $0.awaitsBadge && present.contains($0.username) }.map(\.username))
+        let badges = try Self.badges(of: Array(badged), app: app, db: db)
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
@@ -98,7 +105,7 @@ extension SQLiteStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for job in route.jobs {
-            guard badges[job.username] != nil else { continue }
+            guard present.contains(job.username) else { continue }
             try insert.execute(arguments: [
                 app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType.rawValue,
                 job.priority.rawValue, job.expiration, job.collapseID, StoredForm.text(of: job.apnsID),
@@ -106,6 +113,22 @@ extension SQLiteStore {
                 route.now, route.now, route.now,
             ])
         }
+    }
+
+    /// Which of `usernames` hold message `holding` (have its inbox entry), or exist when it is nil: one statement per 500.
+    static func present(_ usernames: [String], holding messageID: Int64?, app: Int64, db: Database) throws -> Set<String> {
+        var present = Set<String>()
+        for chunk in chunks(usernames) {
+            var values: [(any DatabaseValueConvertible)?] = [app]
+            if let messageID { values.append(messageID) }
+            values += chunk.map { $0 }
+            let sql =
+                messageID == nil
+                ? "SELECT username FROM users WHERE app_id = ? AND username IN (\(marks(chunk.count)))"
+                : "SELECT username FROM inbox WHERE app_id = ? AND message_id = ? AND username IN (\(marks(chunk.count)))"
+            present.formUnion(try String.fetchSet(db, sql: sql, arguments: StatementArguments(values)))
+        }
+        return present
     }
 
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {

@@ -13,7 +13,8 @@ import Synchronization
 ///
 /// - `route` samples presence (or takes what the message's delivery read), reads the receivers' settings and bindings,
 ///   renders each receiver's payload outside any transaction, then records the jobs (pushed or skipped with a reason) in
-///   one short transaction that also removes the pending route, so each message is decided once.
+///   short transactions, a part of the recipients each, that also move the pending route's progress on (the last
+///   removes it), so each recipient's pushes are decided once.
 /// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died
 ///   under them), unless another device of the user acknowledged them. A route that recorded `online` skips reads presence
 ///   again afterwards (from memory for devices connected to this node): a device that went offline in between (on any
@@ -38,8 +39,10 @@ final class PushRouter: Service, Sendable {
     static let rerouteLimit = 1000
     /// How often the `online` skips of devices now offline are looked for, beyond those a device's leaving decides again.
     static let redecideInterval: Duration = .seconds(60)
-    /// Rests of routes waiting for the router's task at most; beyond, the sweep takes them.
+    /// Rests of routes waiting for the router's tasks at most; beyond, the sweep takes them.
     static let restQueueLimit = 256
+    /// Rests of routes routed at once.
+    static let concurrentRests = 4
     /// Recipients decided and recorded at a time (`route`).
     let partSize: Int
     /// Rests of routes handed on by sends (`route(handingOn:)`), for `routeRests`.
@@ -64,10 +67,12 @@ final class PushRouter: Service, Sendable {
     /// (`PendingRoute.routedThrough`) on, `partSize` recipients at a time in `RouteOrder`: each part is recorded with the
     /// route's progress, so a group's first pushes leave while the rest is decided, and a crash resumes after the last
     /// part recorded. Safe to call twice: each part is recorded once, and a call that finds its part recorded stops.
-    /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery), used for
-    /// the first part; otherwise, and for later parts, presence is read here. With `handingOn`, only the first part is
-    /// routed here and the rest by the router's own task (a send is answered without waiting for a large group's
-    /// pushes; if that task never gets to it, the pending route's sweep does).
+    /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery); otherwise
+    /// presence is read here. (A device online then and offline by its part is skipped, then decided again at once as
+    /// having gone offline since: one that acknowledged the message live is not pushed it.) With `handingOn`, only the
+    /// first part is routed here and the rest by the router's own tasks (a send is answered without waiting for a large
+    /// group's pushes; if they never get to it, the pending route's sweep does). Stops between parts when the service
+    /// stops: the rest is the sweep's at the next start.
     func route(
         _ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil, after progress: String? = nil,
         handingOn: Bool = false
@@ -75,19 +80,24 @@ final class PushRouter: Service, Sendable {
         let remaining = RouteOrder.remaining(recipients, after: progress)
         var start = 0
         var after = progress
-        var online = online
-        while true {
+        while Task.serviceShouldContinue {
             let end = min(start + partSize, remaining.count)
             let part = Array(remaining[start..<end])
             let through = end < remaining.count ? part.last : nil
             guard try await route(message, part: part, app: app, online: online, after: after, through: through), let through else {
                 return
             }
-            (start, after, online) = (end, through, nil)
+            (start, after) = (end, through)
             if handingOn {
-                let rest = Rest(message: message, recipients: Array(remaining[end...]), app: app, after: through)
-                if case .dropped = rests.continuation.yield(rest) {
-                    logger.warning("the router's queue is full: its sweep routes the rest", metadata: ["message": "\(message.id)"])
+                let rest = Rest(
+                    message: message, recipients: Array(remaining[end...]), app: app, after: through,
+                    online: online?.filter { through.utf8.lexicographicallyPrecedes($0.key.utf8) })
+                switch rests.continuation.yield(rest) {
+                case .enqueued: break
+                case .dropped, .terminated:
+                    logger.warning(
+                        "the router's queue is full or closed: its sweep routes the rest", metadata: ["message": "\(message.id)"])
+                @unknown default: break
                 }
                 return
             }
@@ -117,16 +127,32 @@ final class PushRouter: Service, Sendable {
         var recipients: [String]
         var app: AppRecord
         var after: String
+        /// The delivery's presence of the rest's recipients.
+        var online: [String: Set<String>]?
     }
 
-    /// Routes the rests handed on, one at a time, until the service stops.
+    /// Routes the rests handed on, `concurrentRests` at a time (one large group does not hold up the others), until the
+    /// service stops.
     private func routeRests() async {
-        for await rest in rests.stream {
-            do {
-                try await route(rest.message, recipients: rest.recipients, app: rest.app, after: rest.after)
-            } catch {
-                // The pending route keeps its progress: the sweep routes the rest shortly.
-                logger.error("routing the rest of a message failed", metadata: ["message": "\(rest.message.id)", "error": "\(error)"])
+        await withTaskGroup(of: Void.self) { group in
+            var running = 0
+            for await rest in rests.stream {
+                guard Task.serviceShouldContinue else { break }
+                if running == Self.concurrentRests {
+                    await group.next()
+                    running -= 1
+                }
+                running += 1
+                group.addTask {
+                    do {
+                        try await self.route(
+                            rest.message, recipients: rest.recipients, app: rest.app, online: rest.online, after: rest.after)
+                    } catch  where !Task.isCancelled {
+                        // The pending route keeps its progress: the sweep routes the rest shortly.
+                        self.logger.error(
+                            "routing the rest of a message failed", metadata: ["message": "\(rest.message.id)", "error": "\(error)"])
+                    } catch {}
+                }
             }
         }
     }
@@ -203,6 +229,7 @@ final class PushRouter: Service, Sendable {
                 }
                 try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
             }
+            rests.continuation.finish()
             group.cancelAll()
         }
     }
@@ -221,7 +248,7 @@ final class PushRouter: Service, Sendable {
         }
     }
 
-    /// Routes every pending route older than `sweepAge`.
+    /// Routes every pending route that has not moved on for `sweepAge`.
     func sweep() async throws {
         var apps: [Int64: AppRecord] = [:]
         while true {

@@ -6,7 +6,8 @@ import Foundation
 public protocol PushQueueStore: Sendable {
     // MARK: Push routing
 
-    /// Messages whose pending route was stored before `before` (ms), oldest first, with their recipients.
+    /// Messages whose pending route was stored, or last moved on by a part, before `before` (ms), oldest first, with their
+    /// recipients.
     func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute]
     /// Records the push decisions for one message, or for a part of its recipients: puts each receiver's badge
     /// (`badge(of:app:)`) into their jobs' payloads, stores the jobs, and removes what made the decision due (the pending
@@ -259,9 +260,9 @@ public struct PendingRoute: Sendable, Hashable {
     }
 }
 
-/// The order in which a route records its recipients' pushes, part by part: by the UTF-8 bytes of their usernames, the
-/// order both engines compare text in (SQLite's `BINARY`, PostgreSQL's `COLLATE "C"`) — so a route's stored progress
-/// (`PendingRoute.routedThrough`) says exactly who is left.
+/// The order in which a route records its recipients' pushes, part by part: by the UTF-8 bytes of their usernames, so
+/// that a route's stored progress (`PendingRoute.routedThrough`) says exactly who is left. Only Swift compares names in
+/// this order; the stores only test the progress for equality (a database's collation may order text otherwise).
 public enum RouteOrder {
     public static func precedes(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
 

@@ -493,4 +493,46 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
             #expect(jobs.map(\.job.username).sorted() == members)
         }
     }
+
+    @Test func aGroupSendIsAnsweredBeforeTheRestOfItsRouteIsRecordedByTheRouter() async throws {
+        let decisions = Mutex(0)
+        let rest = Gate()
+        var hooks = BeaconHooks()
+        hooks.routePartSize = 3
+        // Every part after the send's own waits at the gate.
+        hooks.afterPresence = { _ in
+            if decisions.withLock({
+                $0 += 1
+                return $0 > 1
+            }) {
+                await rest.pass()
+            }
+        }
+        let members = (1...8).map { "m\($0)" }
+        try await withPushBeacon(hooks: hooks) { beacon, simulator in
+            try await beacon.createUsers(["alice"] + members)
+            try await beacon.uploadP8()
+            for (index, member) in members.enumerated() {
+                _ = try await beacon.bind(member, token: String(repeating: String(format: "%02x", index + 1), count: 32))
+            }
+            let group = try await beacon.createGroup(owner: "alice", members: members)
+            let (status, answer) = try await beacon.rest(
+                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
+            #expect(status == 200, "\(answer)")
+            // Answered with the first part recorded and the second held by the router's own task.
+            try await rest.waitForArrivals(1)
+            let app = try #require(try await beacon.store.app(beacon.app))
+            #expect(try await beacon.store.pushJobs(app: app.id, username: nil, messageID: nil, limit: 100).count == 3)
+            #expect(try await beacon.store.pendingRoutes(before: .max, limit: 10).map(\.routedThrough) == ["m3"])
+            // Let go, with no sweep (the clock stands still): the router's task records the rest.
+            rest.open()
+            _ = try await beacon.pushOutcomes.attempts(members.count)
+            try await waitUntil("the route is finished", timeout: .seconds(10), interval: .milliseconds(20)) {
+                try await beacon.store.pendingRoutes(before: .max, limit: 10).isEmpty
+            }
+            let jobs = try await beacon.store.pushJobs(app: app.id, username: nil, messageID: nil, limit: 100)
+            #expect(jobs.map(\.job.username).sorted() == members)
+            #expect(Set(simulator.deliveries().map(\.deviceToken)).count == members.count)
+        }
+    }
 }
