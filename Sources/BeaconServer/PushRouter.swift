@@ -39,14 +39,14 @@ final class PushRouter: Service, Sendable {
     static let rerouteLimit = 1000
     /// How often the `online` skips of devices now offline are looked for, beyond those a device's leaving decides again.
     static let redecideInterval: Duration = .seconds(60)
-    /// Rests of routes waiting for the router's tasks at most; beyond, the sweep takes them.
-    static let restQueueLimit = 256
-    /// Rests of routes routed at once.
-    static let concurrentRests = 4
+    /// Routes handed on waiting for the router's tasks, at most; beyond, the sweep takes them.
+    static let handedOnLimit = 256
+    /// Routes handed on routed at once.
+    static let concurrentHandedOn = 4
     /// Recipients decided and recorded at a time (`route`).
     let partSize: Int
-    /// Rests of routes handed on by sends (`route(handingOn:)`), for `routeRests`.
-    private let rests = AsyncStream.makeStream(of: Rest.self, bufferingPolicy: .bufferingOldest(PushRouter.restQueueLimit))
+    /// Routes handed on by sends (`route(handingOn:)`), for `routeHandedOn`.
+    private let handedOn = AsyncStream.makeStream(of: HandedOn.self, bufferingPolicy: .bufferingOldest(PushRouter.handedOnLimit))
 
     init(
         store: any BeaconStore, presence: any PresenceRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
@@ -69,15 +69,25 @@ final class PushRouter: Service, Sendable {
     /// part recorded. Safe to call twice: each part is recorded once, and a call that finds its part recorded stops.
     /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery); otherwise
     /// presence is read here. (A device online then and offline by its part is skipped, then decided again at once as
-    /// having gone offline since: one that acknowledged the message live is not pushed it.) With `handingOn`, only the
-    /// first part is routed here and the rest by the router's own tasks (a send is answered without waiting for a large
-    /// group's pushes; if they never get to it, the pending route's sweep does). Stops between parts when the service
-    /// stops: the rest is the sweep's at the next start.
+    /// having gone offline since: one that acknowledged the message live is not pushed it.) With `handingOn`, a route of
+    /// more than one part is left to the router's own tasks (a send is answered without waiting for a large group's
+    /// pushes; if they never get to it, the pending route's sweep does). Stops between parts when the service stops: the
+    /// rest is the sweep's at the next start.
     func route(
         _ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil, after progress: String? = nil,
         handingOn: Bool = false
     ) async throws {
         let remaining = RouteOrder.remaining(recipients, after: progress)
+        if handingOn, remaining.count > partSize {
+            switch handedOn.continuation.yield(HandedOn(message: message, recipients: remaining, app: app, after: progress, online: online))
+            {
+            case .enqueued: break
+            case .dropped, .terminated:
+                logger.warning("the router's queue is full or closed: its sweep routes the message", metadata: ["message": "\(message.id)"])
+            @unknown default: break
+            }
+            return
+        }
         var start = 0
         var after = progress
         while Task.serviceShouldContinue {
@@ -88,19 +98,6 @@ final class PushRouter: Service, Sendable {
                 return
             }
             (start, after) = (end, through)
-            if handingOn {
-                let rest = Rest(
-                    message: message, recipients: Array(remaining[end...]), app: app, after: through,
-                    online: online?.filter { through.utf8.lexicographicallyPrecedes($0.key.utf8) })
-                switch rests.continuation.yield(rest) {
-                case .enqueued: break
-                case .dropped, .terminated:
-                    logger.warning(
-                        "the router's queue is full or closed: its sweep routes the rest", metadata: ["message": "\(message.id)"])
-                @unknown default: break
-                }
-                return
-            }
         }
     }
 
@@ -121,24 +118,24 @@ final class PushRouter: Service, Sendable {
         return true
     }
 
-    /// The rest of a route whose first part was recorded while its message's send waited (`route(handingOn:)`).
-    struct Rest: Sendable {
+    /// A route its message's send left to the router's tasks (`route(handingOn:)`).
+    struct HandedOn: Sendable {
         var message: Message
         var recipients: [String]
         var app: AppRecord
-        var after: String
-        /// The delivery's presence of the rest's recipients.
+        var after: String?
+        /// The delivery's presence.
         var online: [String: Set<String>]?
     }
 
-    /// Routes the rests handed on, `concurrentRests` at a time (one large group does not hold up the others), until the
+    /// Routes what sends handed on, `concurrentHandedOn` at a time (one large group does not hold up the others), until the
     /// service stops.
-    private func routeRests() async {
+    private func routeHandedOn() async {
         await withTaskGroup(of: Void.self) { group in
             var running = 0
-            for await rest in rests.stream {
+            for await route in handedOn.stream {
                 guard Task.serviceShouldContinue else { break }
-                if running == Self.concurrentRests {
+                if running == Self.concurrentHandedOn {
                     await group.next()
                     running -= 1
                 }
@@ -146,11 +143,11 @@ final class PushRouter: Service, Sendable {
                 group.addTask {
                     do {
                         try await self.route(
-                            rest.message, recipients: rest.recipients, app: rest.app, online: rest.online, after: rest.after)
+                            route.message, recipients: route.recipients, app: route.app, online: route.online, after: route.after)
                     } catch  where !Task.isCancelled {
                         // The pending route keeps its progress: the sweep routes the rest shortly.
                         self.logger.error(
-                            "routing the rest of a message failed", metadata: ["message": "\(rest.message.id)", "error": "\(error)"])
+                            "routing a large message's pushes failed", metadata: ["message": "\(route.message.id)", "error": "\(error)"])
                     } catch {}
                 }
             }
@@ -214,7 +211,7 @@ final class PushRouter: Service, Sendable {
     /// here; later, a re-decision that failed (the database was unreachable when the device left, or when its node died).
     func run() async throws {
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.routeRests() }
+            group.addTask { await self.routeHandedOn() }
             group.addTask {
                 while Task.serviceShouldContinue {
                     await self.redecideOfflineSkips()
@@ -229,7 +226,7 @@ final class PushRouter: Service, Sendable {
                 }
                 try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
             }
-            rests.continuation.finish()
+            handedOn.continuation.finish()
             group.cancelAll()
         }
     }
