@@ -19,7 +19,8 @@ import Synchronization
 ///   under them), unless another device of the user acknowledged them. A route that recorded `online` skips reads presence
 ///   again afterwards (from memory for devices connected to this node): a device that went offline in between (on any
 ///   node) may have looked for skips before they were recorded, so the route decides them again itself.
-/// - As a service, it routes what a crash left pending, so no push accepted with a message is lost.
+/// - As a service, it routes the routes of more than one part that sends hand on, and what a crash left pending (or
+///   what waited too long in its queue), so no push accepted with a message is lost.
 final class PushRouter: Service, Sendable {
     let store: any BeaconStore
     let presence: any PresenceRegistry
@@ -33,7 +34,8 @@ final class PushRouter: Service, Sendable {
 
     /// Default lifetime at APNs (`apns-expiration` = now + this).
     static let expirationSeconds: Int64 = 24 * 3600
-    /// A pending route this old was left by a crash or a failed routing: the sweeper takes it.
+    /// A pending route that has not moved on for this long was left by a crash, a failed routing or a full queue, or is
+    /// late: the sweeper takes it (a part that someone else records first is not recorded twice).
     static let sweepAge: Int64 = 2000
     /// Messages decided again per offline device, at most.
     static let rerouteLimit = 1000

@@ -264,7 +264,7 @@ import Testing
             let wrong = try await runToExit(
                 BeaconProcess.executable, ["app", "tencent", "acme/chat", "--config", otherKey.path, "--data-dir", data])
             #expect(wrong.status != 0)
-            // (A token of the last secret: the server refuses the earlier ones once it sees the rotations, soon or later.)
+            // (A token of the last secret: the server refuses the earlier ones once it sees the rotations, sooner or later.)
             let lastSecret = try #require(keptJSON["client_secret"]?.stringValue)
             let lastToken = try #require(try await token(lastSecret).token)
             let identity = try await REST.call(baseURL, "GET", "/acme/chat/credentials", token: lastToken)
