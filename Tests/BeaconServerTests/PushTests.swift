@@ -447,6 +447,20 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
 /// A group's route is decided and recorded in parts (issue 26): each member is pushed once, and a route that stopped
 /// after some parts resumes after the last one recorded.
 @Suite struct RouteInPartsTests {
+    /// Creates alice and `members`, each member's phone bound to a token of its own, and sends a message from alice to
+    /// a group of them.
+    private static func sendToGroup(_ beacon: TestBeacon, members: [String]) async throws {
+        try await beacon.createUsers(["alice"] + members)
+        try await beacon.uploadP8()
+        for (index, member) in members.enumerated() {
+            _ = try await beacon.bind(member, token: String(repeating: String(format: "%02x", index + 1), count: 32))
+        }
+        let group = try await beacon.createGroup(owner: "alice", members: members)
+        let (status, answer) = try await beacon.rest(
+            "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
+        #expect(status == 200, "\(answer)")
+    }
+
     @Test func aGroupRouteThatStopsMidwayResumesWithEachMemberPushedOnce() async throws {
         let decisions = Mutex(0)
         struct Interrupted: Error {}
@@ -464,15 +478,7 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
         let clock = TestClock()
         let members = (1...7).map { "m\($0)" }
         try await withPushBeacon(clock: clock, hooks: hooks) { beacon, simulator in
-            try await beacon.createUsers(["alice"] + members)
-            try await beacon.uploadP8()
-            for (index, member) in members.enumerated() {
-                _ = try await beacon.bind(member, token: String(repeating: String(format: "%02x", index + 1), count: 32))
-            }
-            let group = try await beacon.createGroup(owner: "alice", members: members)
-            let (status, answer) = try await beacon.rest(
-                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
-            #expect(status == 200, "\(answer)")
+            try await Self.sendToGroup(beacon, members: members)
             // The first part: two members.
             _ = try await beacon.pushOutcomes.attempts(2)
             try await waitUntil("the rest failed", timeout: .seconds(10), interval: .milliseconds(20)) {
@@ -505,15 +511,7 @@ func makeP12(password: String, notValidAfter: Date) async throws -> Data {
         try await withPushBeacon(clock: TestClock(), hooks: hooks) { beacon, simulator in
             // Whatever fails, nothing stays held at the gate (a send that waited for its route would: it fails, not hangs).
             defer { parts.open() }
-            try await beacon.createUsers(["alice"] + members)
-            try await beacon.uploadP8()
-            for (index, member) in members.enumerated() {
-                _ = try await beacon.bind(member, token: String(repeating: String(format: "%02x", index + 1), count: 32))
-            }
-            let group = try await beacon.createGroup(owner: "alice", members: members)
-            let (status, answer) = try await beacon.rest(
-                "POST", "/messages/chatgroups", ["from": "alice", "to": .array([.string(group)]), "type": "txt", "body": ["msg": "all"]])
-            #expect(status == 200, "\(answer)")
+            try await Self.sendToGroup(beacon, members: members)
             // Answered while the router's own task holds the route's first part.
             try await parts.waitForArrivals(1)
             let app = try #require(try await beacon.store.app(beacon.app))

@@ -196,19 +196,24 @@ import Testing
         }
     }
 
+    /// Creates `members` and stores message 7 from the first to the others, with a pending route.
+    private static func storeGroupMessage(_ store: any BeaconStore, _ app: AppRecord, members: [String]) async throws {
+        try await makeUsers(store, app, members)
+        _ = try await store.append(
+            [
+                NewMessage(
+                    message: text(7, from: members[0], to: members[1]), deliveries: members.dropFirst().map { Delivery(username: $0) },
+                    routesPushes: true)
+            ],
+            app: app.id, receipt: nil)
+    }
+
     @Test(arguments: StoreKind.available)
     func aRouteRecordedInPartsMovesItsProgressOnceAPart(kind: StoreKind) async throws {
         try await kind.withStore { store in
             let app = try await makeApp(store)
             let members = ["alice", "bob", "carol", "dave"]
-            try await makeUsers(store, app, members)
-            _ = try await store.append(
-                [
-                    NewMessage(
-                        message: text(7, from: "alice", to: "bob"), deliveries: members.dropFirst().map { Delivery(username: $0) },
-                        routesPushes: true)
-                ],
-                app: app.id, receipt: nil)
+            try await Self.storeGroupMessage(store, app, members: members)
             func record(after: String?, through: String?, _ jobs: [NewPushJob]) async throws -> Bool {
                 try await store.recordRoute(
                     PushRoute(messageID: 7, replacing: .pendingRoute(after: after, through: through), jobs: jobs, now: now), app: app.id)
@@ -239,14 +244,7 @@ import Testing
         try await kind.withStore { store in
             let app = try await makeApp(store)
             let members = ["alice", "bob", "carol", "dave", "erin"]
-            try await makeUsers(store, app, members)
-            _ = try await store.append(
-                [
-                    NewMessage(
-                        message: text(7, from: "alice", to: "bob"), deliveries: members.dropFirst().map { Delivery(username: $0) },
-                        routesPushes: true)
-                ],
-                app: app.id, receipt: nil)
+            try await Self.storeGroupMessage(store, app, members: members)
             // Four recorders of a part, each ending it elsewhere, recorded later than the message was stored: first with
             // badged jobs (a transaction on PostgreSQL), then with jobs that need none (one statement).
             var progress: String?
