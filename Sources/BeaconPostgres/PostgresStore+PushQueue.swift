@@ -94,6 +94,21 @@ extension PostgresStore {
             logger: logger)
     }
 
+    /// Deletes the push contents among `ids` that no job refers to any more (their last jobs were just deleted).
+    func deleteUnreferencedContents(_ ids: Set<Int64>, app: Int64) async throws {
+        guard !ids.isEmpty else { return }
+        _ = try await execute(Self.deletingUnreferencedContents(ids, app: app))
+    }
+
+    /// The statement of `deleteUnreferencedContents`, for a transaction's connection. (A statement apart from the jobs'
+    /// deletion: one statement does not see its own deletions.)
+    static func deletingUnreferencedContents(_ ids: Set<Int64>, app: Int64) -> PostgresQuery {
+        """
+        DELETE FROM push_contents c WHERE c.app_id = \(app) AND c.id = ANY(\(Array(ids))) AND NOT EXISTS (
+            SELECT 1 FROM push_jobs j WHERE j.app_id = c.app_id AND j.message_id = c.message_id AND j.content_id = c.id)
+        """
+    }
+
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {
         let found = try await rows(
             """
@@ -188,11 +203,13 @@ extension PostgresStore {
                 """, logger: logger)
             let claimed = try await connection.query(
                 """
-                UPDATE push_jobs SET claimed_until = \(now + lease), attempts = attempts + 1, claim_token = \(token), claimed_by = \(node)
-                WHERE id IN (
-                    SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= \(now) AND claimed_until <= \(now)
-                    ORDER BY next_attempt_at, id LIMIT \(max(limit, 0)) FOR UPDATE SKIP LOCKED)
-                RETURNING \(unescaped: Self.jobColumns)
+                WITH claimed AS (
+                    UPDATE push_jobs SET claimed_until = \(now + lease), attempts = attempts + 1, claim_token = \(token), claimed_by = \(node)
+                    WHERE id IN (
+                        SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= \(now) AND claimed_until <= \(now)
+                        ORDER BY next_attempt_at, id LIMIT \(max(limit, 0)) FOR UPDATE SKIP LOCKED)
+                    RETURNING \(unescaped: Self.jobColumns))
+                SELECT *, \(unescaped: Self.contentColumns) FROM claimed
                 """, logger: logger
             ).collect()
             var jobs: [PushJob] = []
@@ -278,7 +295,7 @@ extension PostgresStore {
         let (username, status, reason, since) = (filter.username, filter.status?.rawValue, filter.reason, filter.updatedSince)
         let found = try await rows(
             """
-            SELECT \(unescaped: Self.jobColumns),
+            SELECT \(unescaped: Self.jobColumns), \(unescaped: Self.contentColumns),
                 ARRAY(SELECT a.at FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_at,
                 ARRAY(SELECT COALESCE(a.http_status, -1) FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_status,
                 ARRAY(SELECT COALESCE(a.reason, '') FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_reason,
@@ -312,23 +329,36 @@ extension PostgresStore {
 
     static let jobColumns = """
         id, app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority, expiration, collapse_id,
-        apns_id, payload, status, attempts, last_status, last_reason, created_at, updated_at, next_attempt_at, claim_token
+        apns_id, payload, content_id, badge, status, attempts, last_status, last_reason, created_at, updated_at, next_attempt_at,
+        claim_token
         """
 
+    /// The head and badge offset of the content a job refers to (`content_id`), read with the job (`jobColumns`).
+    static let contentColumns = """
+        (SELECT c.head FROM push_contents c WHERE c.id = content_id) AS content_head,
+        (SELECT c.badge_offset FROM push_contents c WHERE c.id = content_id) AS content_badge_offset
+        """
+
+    /// A job from its `jobColumns` and `contentColumns`.
     static func pushJob(from row: PostgresRandomAccessRow) throws -> PushJob {
         let id = try row["id"].decode(Int64.self)
         let typed = try StoredForm.pushFields(
             job: id, pushType: try row["push_type"].decode(String.self), priority: try row["priority"].decode(Int.self),
             apnsID: try row["apns_id"].decode(String.self), status: try row["status"].decode(String.self))
+        let username = try row["username"].decode(String.self)
+        let payload = try StoredForm.payload(
+            job: id, stored: try row["payload"].decode(String.self), contentID: try row["content_id"].decode(Int64?.self),
+            head: try row["content_head"].decode(String?.self), badgeOffset: try row["content_badge_offset"].decode(Int64?.self),
+            badge: try row["badge"].decode(Int64?.self), username: username)
         return PushJob(
             id: id, appID: try row["app_id"].decode(Int64.self),
             messageID: UInt64(bitPattern: try row["message_id"].decode(Int64.self)),
             job: NewPushJob(
-                username: try row["username"].decode(String.self), deviceID: try row["device_id"].decode(String.self),
+                username: username, deviceID: try row["device_id"].decode(String.self),
                 notifier: try row["notifier"].decode(String.self), deviceToken: try row["device_token"].decode(String.self),
                 topic: try row["topic"].decode(String.self), pushType: typed.pushType, priority: typed.priority,
                 expiration: try row["expiration"].decode(Int64.self), collapseID: try row["collapse_id"].decode(String?.self),
-                apnsID: typed.apnsID, payload: try row["payload"].decode(String.self)),
+                apnsID: typed.apnsID, payload: payload),
             status: typed.status, attempts: try row["attempts"].decode(Int.self),
             lastStatus: try row["last_status"].decode(Int?.self), lastReason: try row["last_reason"].decode(String?.self),
             createdAt: try row["created_at"].decode(Int64.self), updatedAt: try row["updated_at"].decode(Int64.self),

@@ -332,5 +332,18 @@ extension PostgresStore {
                 // A route recorded in parts: the last recipient whose pushes are recorded (`PendingRoute.routedThrough`).
                 "ALTER TABLE pending_routes ADD COLUMN routed_through TEXT"
             ]),
+        Migration(
+            version: "v11-push-contents",
+            sql: [
+                // A route's payload stored once per rendering (`PushContents`): its jobs refer to it with their own badge.
+                """
+                CREATE TABLE push_contents (
+                    id BIGSERIAL PRIMARY KEY, app_id BIGINT NOT NULL, message_id BIGINT NOT NULL, head TEXT NOT NULL,
+                    badge_offset BIGINT)
+                """,
+                "CREATE INDEX push_contents_by_message ON push_contents (app_id, message_id)",
+                "ALTER TABLE push_jobs ADD COLUMN content_id BIGINT",
+                "ALTER TABLE push_jobs ADD COLUMN badge BIGINT",
+            ]),
     ]
 }

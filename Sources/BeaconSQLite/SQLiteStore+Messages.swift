@@ -223,11 +223,18 @@ extension SQLiteStore {
         }
         // Finished push records are kept as long as messages are, and so are cursors of devices unseen that long (a device
         // that comes back after that re-reads what its inbox still holds); send receipts answer retries for 24 h.
-        try await deleteInBatches(
-            select: "SELECT id FROM push_jobs WHERE app_id = ? AND status != 'pending' AND updated_at < ? LIMIT ?",
-            delete: { ids in
-                "DELETE FROM push_attempts WHERE job_id IN (\(ids)); DELETE FROM push_jobs WHERE id IN (\(ids))"
-            }, app: app.id, cutoff: cutoff)
+        while try await write({ db in
+            let ids = try Int64.fetchAll(
+                db, sql: "SELECT id FROM push_jobs WHERE app_id = ? AND status != 'pending' AND updated_at < ? LIMIT ?",
+                arguments: [app.id, cutoff, Self.retentionBatch])
+            guard !ids.isEmpty else { return false }
+            let list = ids.map(String.init).joined(separator: ",")
+            let contents = try Int64.fetchAll(
+                db, sql: "SELECT DISTINCT content_id FROM push_jobs WHERE id IN (\(list)) AND content_id IS NOT NULL")
+            try db.execute(sql: "DELETE FROM push_attempts WHERE job_id IN (\(list)); DELETE FROM push_jobs WHERE id IN (\(list))")
+            try Self.deleteUnreferencedContents(contents, app: app.id, db: db)
+            return ids.count == Self.retentionBatch
+        }) {}
         try await deleteInBatches(
             select: "SELECT rowid FROM send_receipts WHERE app_id = ? AND created_at < ? LIMIT ?",
             delete: { "DELETE FROM send_receipts WHERE rowid IN (\($0))" }, app: app.id, cutoff: now - SendReceipt.lifetime)

@@ -221,6 +221,19 @@ extension SQLiteStore {
             // A route recorded in parts: the last recipient whose pushes are recorded (`PendingRoute.routedThrough`).
             try db.execute(sql: "ALTER TABLE pending_routes ADD COLUMN routed_through TEXT")
         }
+        migrator.registerMigration("v16-push-contents") { db in
+            // A route's payload stored once per rendering (`PushContents`): its jobs refer to it with their own badge.
+            // Ids are never reused (AUTOINCREMENT): a job never finds another message's content under its id.
+            try db.execute(
+                sql: """
+                    CREATE TABLE push_contents (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT, app_id INTEGER NOT NULL, message_id INTEGER NOT NULL,
+                        head TEXT NOT NULL, badge_offset INTEGER);
+                    CREATE INDEX push_contents_by_message ON push_contents (app_id, message_id);
+                    ALTER TABLE push_jobs ADD COLUMN content_id INTEGER;
+                    ALTER TABLE push_jobs ADD COLUMN badge INTEGER;
+                    """)
+        }
         return migrator
     }
 }

@@ -89,29 +89,57 @@ extension SQLiteStore {
         }
     }
 
-    /// Splices the receivers' badges into payloads and inserts the jobs of `route`, but for receivers deleted since the
-    /// route was decided (their records went with them; a user created again under the name is another user, who does
-    /// not hold the message): a decision's receivers must still hold its message, a withdrawal's must still exist.
+    /// Inserts the jobs of `route`, but for receivers deleted since the route was decided (their records went with them; a
+    /// user created again under the name is another user, who does not hold the message): a decision's receivers must
+    /// still hold its message, a withdrawal's must still exist. A payload that jobs share is stored once (`PushContents`)
+    /// and each job keeps its receiver's badge; one stored whole gets the badge spliced in.
     static func insertJobs(_ route: PushRoute, messageID: Int64, app: Int64, db: Database) throws {
         let receivers = Array(Set(route.jobs.map(\.username)))
         let holding: Int64? = if case .nothing = route.replacing { nil } else { messageID }
         let present = try Self.present(receivers, holding: holding, app: app, db: db)
         let badged = Set(route.jobs.filter { $0.awaitsBadge && present.contains($0.username) }.map(\.username))
         let badges = try Self.badges(of: Array(badged), app: app, db: db)
+        let shared = PushContents(route.jobs)
+        var storedContents: [Int: Int64] = [:]
+        let storeContent = try db.cachedStatement(
+            sql: "INSERT INTO push_contents (app_id, message_id, head, badge_offset) VALUES (?, ?, ?, ?)")
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO push_jobs (app_id, message_id, username, device_id, notifier, device_token, topic, push_type, priority,
-                    expiration, collapse_id, apns_id, payload, status, last_reason, created_at, updated_at, next_attempt_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    expiration, collapse_id, apns_id, payload, content_id, badge, status, last_reason, created_at, updated_at,
+                    next_attempt_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
-        for job in route.jobs {
-            guard present.contains(job.username) else { continue }
+        for (job, reference) in zip(route.jobs, shared.references) where present.contains(job.username) {
+            let badge = badges[job.username] ?? 0
+            var contentID: Int64?
+            if let reference {
+                if storedContents[reference] == nil {
+                    let content = shared.contents[reference]
+                    try storeContent.execute(arguments: [app, messageID, content.head, content.badgeOffset])
+                    storedContents[reference] = db.lastInsertedRowID
+                }
+                contentID = storedContents[reference]
+            }
             try insert.execute(arguments: [
                 app, messageID, job.username, job.deviceID, job.notifier, job.deviceToken, job.topic, job.pushType.rawValue,
                 job.priority.rawValue, job.expiration, job.collapseID, StoredForm.text(of: job.apnsID),
-                job.payload(withBadge: badges[job.username] ?? 0), job.skipReason == nil ? "pending" : "skipped", job.skipReason,
-                route.now, route.now, route.now,
+                contentID == nil ? job.payload(withBadge: badge) : "", contentID, contentID == nil || !job.awaitsBadge ? nil : badge,
+                job.skipReason == nil ? "pending" : "skipped", job.skipReason, route.now, route.now, route.now,
             ])
+        }
+    }
+
+    /// Deletes the push contents among `ids` that no job refers to any more (their last jobs were just deleted).
+    static func deleteUnreferencedContents(_ ids: [Int64], app: Int64, db: Database) throws {
+        for chunk in chunks(ids) {
+            try db.execute(
+                sql: """
+                    DELETE FROM push_contents WHERE app_id = ? AND id IN (\(marks(chunk.count))) AND NOT EXISTS (
+                        SELECT 1 FROM push_jobs j WHERE j.app_id = push_contents.app_id AND j.message_id = push_contents.message_id
+                            AND j.content_id = push_contents.id)
+                    """,
+                arguments: StatementArguments([app] + chunk))
         }
     }
 
@@ -243,11 +271,12 @@ extension SQLiteStore {
                 arguments: [now + lease, token, now, now, max(limit, 0)])
             guard let first = claimed.first else { return [] }
             let columns = Columns(of: first)
+            let contents = try Self.contents(referredToBy: claimed, columns, db: db)
             var jobs: [PushJob] = []
             var damaged: [Int64] = []
             for row in claimed {
                 do {
-                    jobs.append(try Self.pushJob(from: row, columns))
+                    jobs.append(try Self.pushJob(from: row, columns, contents: contents))
                 } catch {
                     damaged.append(try columns.decode("id", in: row))
                 }
@@ -326,7 +355,7 @@ extension SQLiteStore {
                     filter.updatedSince, filter.updatedSince, max(limit, 0),
                 ])
             let history = try db.cachedStatement(sql: "SELECT * FROM push_attempts WHERE job_id = ? ORDER BY rowid")
-            return try Self.pushJobs(from: rows).map { job in
+            return try Self.pushJobs(from: rows, db: db).map { job in
                 var job = job
                 job.history = try Row.fetchAll(history, arguments: [job.id]).map { attempt in
                     PushAttempt(
@@ -345,27 +374,53 @@ extension SQLiteStore {
         }
     }
 
-    /// Rows are decoded with errors, not GRDB's trapping subscripts: a damaged stored job fails the read, not the server.
-    static func pushJobs(from rows: [Row]) throws -> [PushJob] {
+    /// Jobs from rows of `push_jobs`, with the contents they refer to. Rows are decoded with errors, not GRDB's trapping
+    /// subscripts: a damaged stored job fails the read, not the server.
+    static func pushJobs(from rows: [Row], db: Database) throws -> [PushJob] {
         guard let first = rows.first else { return [] }
         let columns = Columns(of: first)
-        return try rows.map { try pushJob(from: $0, columns) }
+        let contents = try contents(referredToBy: rows, columns, db: db)
+        return try rows.map { try pushJob(from: $0, columns, contents: contents) }
     }
 
-    /// One job from `row`, whose result's columns are `columns`.
-    static func pushJob(from row: Row, _ columns: Columns) throws -> PushJob {
+    /// A stored push content: the head its jobs share and where their badge goes (`PushContents`).
+    typealias StoredContent = (head: String, badgeOffset: Int64?)
+
+    /// The contents that rows of `push_jobs` refer to, by id (a row whose reference does not decode finds none).
+    static func contents(referredToBy rows: [Row], _ columns: Columns, db: Database) throws -> [Int64: StoredContent] {
+        let ids = Set(rows.compactMap { row in try? columns.decode("content_id", in: row) as Int64? })
+        var contents: [Int64: StoredContent] = [:]
+        for chunk in chunks(Array(ids)) {
+            for row in try Row.fetchAll(
+                db, sql: "SELECT id, head, badge_offset FROM push_contents WHERE id IN (\(marks(chunk.count)))",
+                arguments: StatementArguments(Array(chunk)))
+            {
+                contents[try row.decode(forColumn: "id")] = (try row.decode(forColumn: "head"), try row.decode(forColumn: "badge_offset"))
+            }
+        }
+        return contents
+    }
+
+    /// One job from `row`, whose result's columns are `columns`; `contents` holds the content it refers to, if any.
+    static func pushJob(from row: Row, _ columns: Columns, contents: [Int64: StoredContent]) throws -> PushJob {
         func column<Value: DatabaseValueConvertible>(_ name: String) throws -> Value { try columns.decode(name, in: row) }
         let id: Int64 = try column("id")
         let typed = try StoredForm.pushFields(
             job: id, pushType: try column("push_type"), priority: try column("priority"), apnsID: try column("apns_id"),
             status: try column("status"))
+        let username: String = try column("username")
+        let contentID: Int64? = try column("content_id")
+        let content = contentID.flatMap { contents[$0] }
+        let payload = try StoredForm.payload(
+            job: id, stored: try column("payload"), contentID: contentID, head: content?.head, badgeOffset: content?.badgeOffset,
+            badge: try column("badge"), username: username)
         return PushJob(
             id: id, appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
             job: NewPushJob(
-                username: try column("username"), deviceID: try column("device_id"), notifier: try column("notifier"),
+                username: username, deviceID: try column("device_id"), notifier: try column("notifier"),
                 deviceToken: try column("device_token"), topic: try column("topic"), pushType: typed.pushType,
                 priority: typed.priority, expiration: try column("expiration"), collapseID: try column("collapse_id"),
-                apnsID: typed.apnsID, payload: try column("payload")),
+                apnsID: typed.apnsID, payload: payload),
             status: typed.status, attempts: try column("attempts"),
             lastStatus: try column("last_status"), lastReason: try column("last_reason"), createdAt: try column("created_at"),
             updatedAt: try column("updated_at"), nextAttemptAt: try column("next_attempt_at"), claimToken: try column("claim_token"))

@@ -33,7 +33,7 @@ extension SQLiteStore {
                         SELECT * FROM push_jobs WHERE app_id = ? AND message_id = ? AND push_type = 'alert'
                             AND (status = 'sent' OR (status = 'pending' AND (claimed_until > ? OR attempts > 0))) ORDER BY id
                         """,
-                    arguments: [app, id, now]))
+                    arguments: [app, id, now]), db: db)
             // Every alert still pending ends, taken ones too: a worker that has not sent one yet finds it no longer pending.
             // (A read's withdrawal stored under this message's id is no push of it, and stays.)
             try db.execute(

@@ -10,7 +10,8 @@ public protocol PushQueueStore: Sendable {
     /// recipients.
     func pendingRoutes(before: Int64, limit: Int) async throws -> [PendingRoute]
     /// Records the push decisions for one message, or for a part of its recipients: puts each receiver's badge
-    /// (`badge(of:app:)`) into their jobs' payloads, stores the jobs, and removes what made the decision due (the pending
+    /// (`badge(of:app:)`) into their jobs' payloads, stores the jobs (a payload several of them share once:
+    /// `PushContents`; each job is read back with its own payload), and removes what made the decision due (the pending
     /// route, or the online skips being replaced) or, for a part that is not the route's last, moves the pending route's
     /// progress on. All or nothing; false, storing nothing, when that was already gone or moved (decided elsewhere).
     func recordRoute(_ route: PushRoute, app: Int64) async throws -> Bool

@@ -49,6 +49,18 @@ public enum StoredForm {
         return (type, level, parsedID, status)
     }
 
+    /// A stored job's payload: as stored (`payload`), or rebuilt from the content it refers to (`contentID`, whose
+    /// `head` and `badgeOffset` were read with it) and its receiver's `badge` (`PushContents`). A job whose content is
+    /// gone is an error (the read fails), never an empty push.
+    public static func payload(
+        job: Int64, stored payload: String, contentID: Int64?, head: String?, badgeOffset: Int64?, badge: Int64?, username: String
+    ) throws -> String {
+        guard contentID != nil else { return payload }
+        guard let head else { throw BeaconError(.internalError, "stored push job \(job) refers to a push content that is gone") }
+        return PushContents.payload(
+            head: head, badgeOffset: badgeOffset.map { Int(truncatingIfNeeded: $0) }, badge: Int(clamping: badge ?? 0), username: username)
+    }
+
     /// A receipt's answer (receiver → message id) as JSON text: the first message of each receiver.
     public static func receiptIDs(of messages: [NewMessage]) throws -> String {
         let ids = Dictionary(messages.map { ($0.message.to, String($0.message.id)) }, uniquingKeysWith: { first, _ in first })

@@ -15,6 +15,7 @@ struct PostgresDamagedRowTests {
     @Test(arguments: [
         "UPDATE push_jobs SET push_type = 'fax' WHERE message_id = 1", "UPDATE push_jobs SET priority = 7 WHERE message_id = 1",
         "UPDATE push_jobs SET apns_id = 'not-a-uuid' WHERE message_id = 1",
+        "UPDATE push_jobs SET content_id = 999999 WHERE message_id = 1",
     ])
     func aDamagedJobEndsFailedAndHoldsNoOtherBack(damage: String) async throws {
         let url = try StoreKind.freshPostgresURL()

@@ -1,11 +1,13 @@
 import BeaconCore
-import BeaconPostgres
-import BeaconSQLite
 import BeaconStorage
 import BeaconTesting
 import Foundation
+import GRDB
 import Logging
 import Testing
+
+@testable import BeaconPostgres
+@testable import BeaconSQLite
 
 /// The push side of the storage contract on every engine: configurations, bindings, the route and the job queue.
 @Suite struct PushQueueConformanceTests {
@@ -236,6 +238,83 @@ import Testing
             let jobs = try await store.pushJobs(app: app.id, username: nil, messageID: 7, limit: 10)
             #expect(jobs.map(\.job.username).sorted() == ["bob", "carol", "dave"])
             #expect(jobs.filter { $0.job.username == "carol" }.map(\.job.payload) == [#"{"aps":{"alert":"x","badge":1}}"#])
+        }
+    }
+
+    /// How many push contents the store holds (`PushContents`): what the contract does not show.
+    private static func storedContents(_ store: any BeaconStore) async throws -> Int {
+        if let sqlite = store as? SQLiteStore {
+            return try await sqlite.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM push_contents") ?? -1 }
+        }
+        let postgres = try #require(store as? PostgresStore)
+        return try await postgres.rows("SELECT COUNT(*) AS n FROM push_contents").first?["n"].decode(Int.self) ?? -1
+    }
+
+    @Test(arguments: StoreKind.available)
+    func aPayloadSharedByAPartsReceiversIsStoredOnceAndEachJobGetsItsOwnBack(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let members = ["alice", "bob", "carol", #"da"ve"#, "erin", "fred"]
+            try await Self.storeGroupMessage(store, app, members: members)
+            // bob has read nothing, carol twice as much to read: their badges differ.
+            _ = try await store.append(text(8, from: "alice", to: "carol"), app: app.id, deliveries: [Delivery(username: "carol")])
+            func job(_ name: String, device: String = "d1", badged: Bool) -> NewPushJob {
+                var job = PushContentsTests.job(name, badged: badged)
+                job.deviceID = device
+                job.deviceToken = "\(name)-\(device)"
+                return job
+            }
+            for (name, device) in [("bob", "d1"), ("carol", "d1"), ("carol", "d2"), (#"da"ve"#, "d1"), ("erin", "d1")] {
+                try await store.bind(
+                    PushBinding(username: name, deviceID: device, notifier: "ios", deviceToken: "\(name)-\(device)", boundAt: 1),
+                    app: app.id)
+            }
+            // The first part's jobs await their badge (a transaction on PostgreSQL), the last part's need none (one
+            // statement); erin's payload is hers alone and fred is skipped: both are stored whole.
+            let first = [job("bob", badged: true), job("carol", badged: true), job("carol", device: "d2", badged: true)]
+            let last = [job(#"da"ve"#, badged: false), job("erin", badged: false), job("fred", badged: false)]
+            var lone = last[1]
+            lone.payload = #"{"aps":{"alert":"yours"},"t":"erin"}"#
+            var skipped = last[2]
+            skipped.skipReason = "dnd"
+            skipped.payload = ""
+            let parts: [(after: String?, through: String?, jobs: [NewPushJob])] = [
+                (nil, "carol", first), ("carol", nil, [last[0], job("dave2", badged: false), lone, skipped]),
+            ]
+            for (after, through, jobs) in parts {
+                #expect(
+                    try await store.recordRoute(
+                        PushRoute(messageID: 7, replacing: .pendingRoute(after: after, through: through), jobs: jobs, now: now), app: app.id
+                    ))
+            }
+            // dave2 does not hold the message: no job, and the second part's content is still stored once, for dave.
+            #expect(try await Self.storedContents(store) == 2)
+            let expected: [String: String] = [
+                "bob/d1": first[0].payload(withBadge: 1), "carol/d1": first[1].payload(withBadge: 2),
+                "carol/d2": first[2].payload(withBadge: 2), #"da"ve/d1"#: last[0].payload, "erin/d1": lone.payload, "fred/d1": "",
+            ]
+            #expect(expected["carol/d2"] == #"{"aps":{"alert":"hi","badge":2},"t":"carol"}"#)
+            let records = try await store.pushJobs(app: app.id, username: nil, messageID: 7, limit: 10)
+            func payloads(_ jobs: [PushJob]) -> [String: String] {
+                Dictionary(jobs.map { ("\($0.job.username)/\($0.job.deviceID)", $0.job.payload) }, uniquingKeysWith: { first, _ in first })
+            }
+            #expect(payloads(records) == expected)
+            let claimed = try await store.claimPushJobs(now: now, lease: 1000, limit: 10)
+            #expect(payloads(claimed) == expected.filter { $0.key != "fred/d1" })
+            // A content goes once the last job that refers to it goes: deleting bob and carol leaves the first part's.
+            _ = try await store.recordPushAttempts(
+                claimed.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) },
+                now: now)
+            #expect(try await store.deleteUser("bob", app: app.id, now: now))
+            #expect(try await Self.storedContents(store) == 2)
+            let carols = try await store.pushJobs(app: app.id, username: "carol", messageID: 7, limit: 10)
+            #expect(carols.map(\.job.payload).sorted() == [expected["carol/d1"] ?? "", expected["carol/d2"] ?? ""])
+            #expect(try await store.deleteUser("carol", app: app.id, now: now))
+            #expect(try await Self.storedContents(store) == 1)
+            // Retention takes the rest with their jobs.
+            _ = try await store.enforceRetention(app, now: now + 8 * 24 * 3600 * 1000)
+            #expect(try await store.pushJobs(app: app.id, username: nil, messageID: 7, limit: 10).isEmpty)
+            #expect(try await Self.storedContents(store) == 0)
         }
     }
 

@@ -139,11 +139,11 @@ import Testing
     }
 
     /// A stored push job or message whose fields hold well-typed values that no version of Beacon writes (an unknown push
-    /// type, priority, status or chat type, an apns-id that is not a UUID) fails the read: it is never sent as an alert
-    /// with a fresh apns-id, nor read as a chat.
+    /// type, priority, status or chat type, an apns-id that is not a UUID, a push content that is gone) fails the read: it
+    /// is never sent as an alert with a fresh apns-id or an empty payload, nor read as a chat.
     @Test(arguments: [
         "UPDATE push_jobs SET push_type = 'fax'", "UPDATE push_jobs SET priority = 7", "UPDATE push_jobs SET status = 'lost'",
-        "UPDATE push_jobs SET apns_id = 'not-a-uuid'",
+        "UPDATE push_jobs SET apns_id = 'not-a-uuid'", "UPDATE push_jobs SET content_id = 999999",
     ])
     func pushJobFieldsNoVersionWritesAreErrorsNotDefaults(damage: String) async throws {
         let directory = StoreKind.temporaryDirectory("beacon-damaged")
