@@ -245,18 +245,19 @@ extension PostgresStore {
         {}
         // Finished push records are kept as long as messages are, and so are cursors of devices unseen that long;
         // send receipts answer retries for 24 h.
-        while true {
-            let deleted = try await rows(
+        while try await transaction({ connection in
+            let contents = try await connection.query(
                 """
                 WITH finished AS (
                     SELECT id FROM push_jobs WHERE app_id = \(app.id) AND status != 'pending' AND updated_at < \(cutoff)
                     LIMIT \(Self.retentionBatch)),
                 attempts AS (DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM finished))
                 DELETE FROM push_jobs WHERE id IN (SELECT id FROM finished) RETURNING content_id
-                """)
-            try await deleteUnreferencedContents(Set(try deleted.compactMap { try $0["content_id"].decode(Int64?.self) }), app: app.id)
-            if deleted.count < Self.retentionBatch { break }
-        }
+                """, logger: logger
+            ).collect().map { try $0.decode(Int64?.self) }
+            try await Self.deleteUnreferencedContents(Set(contents.compactMap { $0 }), app: app.id, connection: connection, logger: logger)
+            return contents.count == Self.retentionBatch
+        }) {}
         while try await execute(
             """
             DELETE FROM send_receipts WHERE ctid IN (

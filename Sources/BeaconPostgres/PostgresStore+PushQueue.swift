@@ -94,19 +94,15 @@ extension PostgresStore {
             logger: logger)
     }
 
-    /// Deletes the push contents among `ids` that no job refers to any more (their last jobs were just deleted).
-    func deleteUnreferencedContents(_ ids: Set<Int64>, app: Int64) async throws {
+    /// Deletes the push contents among `ids` that no job refers to any more (their last jobs were just deleted, in the
+    /// same transaction: in a statement apart, as one statement does not see its own deletions).
+    static func deleteUnreferencedContents(_ ids: Set<Int64>, app: Int64, connection: PostgresConnection, logger: Logger) async throws {
         guard !ids.isEmpty else { return }
-        _ = try await execute(Self.deletingUnreferencedContents(ids, app: app))
-    }
-
-    /// The statement of `deleteUnreferencedContents`, for a transaction's connection. (A statement apart from the jobs'
-    /// deletion: one statement does not see its own deletions.)
-    static func deletingUnreferencedContents(_ ids: Set<Int64>, app: Int64) -> PostgresQuery {
-        """
-        DELETE FROM push_contents c WHERE c.app_id = \(app) AND c.id = ANY(\(Array(ids))) AND NOT EXISTS (
-            SELECT 1 FROM push_jobs j WHERE j.app_id = c.app_id AND j.message_id = c.message_id AND j.content_id = c.id)
-        """
+        try await connection.query(
+            """
+            DELETE FROM push_contents c WHERE c.app_id = \(app) AND c.id = ANY(\(Array(ids)))
+                AND NOT EXISTS (SELECT 1 FROM push_jobs j WHERE j.content_id = c.id)
+            """, logger: logger)
     }
 
     public func unacknowledgedOnlineSkips(of username: String, app: Int64, limit: Int) async throws -> [OnlineSkip] {
@@ -209,7 +205,7 @@ extension PostgresStore {
                         SELECT id FROM push_jobs WHERE status = 'pending' AND next_attempt_at <= \(now) AND claimed_until <= \(now)
                         ORDER BY next_attempt_at, id LIMIT \(max(limit, 0)) FOR UPDATE SKIP LOCKED)
                     RETURNING \(unescaped: Self.jobColumns))
-                SELECT *, \(unescaped: Self.contentColumns) FROM claimed
+                SELECT *, \(unescaped: Self.contentColumns(of: "claimed")) FROM claimed
                 """, logger: logger
             ).collect()
             var jobs: [PushJob] = []
@@ -295,7 +291,7 @@ extension PostgresStore {
         let (username, status, reason, since) = (filter.username, filter.status?.rawValue, filter.reason, filter.updatedSince)
         let found = try await rows(
             """
-            SELECT \(unescaped: Self.jobColumns), \(unescaped: Self.contentColumns),
+            SELECT \(unescaped: Self.jobColumns), \(unescaped: Self.contentColumns(of: "push_jobs")),
                 ARRAY(SELECT a.at FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_at,
                 ARRAY(SELECT COALESCE(a.http_status, -1) FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_status,
                 ARRAY(SELECT COALESCE(a.reason, '') FROM push_attempts a WHERE a.job_id = push_jobs.id ORDER BY a.id) AS attempt_reason,
@@ -333,11 +329,14 @@ extension PostgresStore {
         claim_token
         """
 
-    /// The head and badge offset of the content a job refers to (`content_id`), read with the job (`jobColumns`).
-    static let contentColumns = """
-        (SELECT c.head FROM push_contents c WHERE c.id = content_id) AS content_head,
-        (SELECT c.badge_offset FROM push_contents c WHERE c.id = content_id) AS content_badge_offset
-        """
+    /// The head and badge offset of the content a job of `table` refers to (`content_id`), read with the job
+    /// (`jobColumns`): only a content of the job's own message, so that a damaged reference never splices in another
+    /// message's text.
+    static func contentColumns(of table: String) -> String {
+        let content =
+            "FROM push_contents c WHERE c.id = \(table).content_id AND c.app_id = \(table).app_id AND c.message_id = \(table).message_id"
+        return "(SELECT c.head \(content)) AS content_head, (SELECT c.badge_offset \(content)) AS content_badge_offset"
+    }
 
     /// A job from its `jobColumns` and `contentColumns`.
     static func pushJob(from row: PostgresRandomAccessRow) throws -> PushJob {

@@ -45,7 +45,7 @@ extension PostgresStore {
             // been a delivery): those devices may show it.
             let pushed = try await connection.query(
                 """
-                SELECT \(unescaped: Self.jobColumns), \(unescaped: Self.contentColumns) FROM push_jobs WHERE app_id = \(app) AND message_id = \(id) AND push_type = 'alert'
+                SELECT \(unescaped: Self.jobColumns), \(unescaped: Self.contentColumns(of: "push_jobs")) FROM push_jobs WHERE app_id = \(app) AND message_id = \(id) AND push_type = 'alert'
                     AND (status = 'sent' OR (status = 'pending' AND (claimed_until > \(now) OR attempts > 0))) ORDER BY id
                 """, logger: logger
             ).collect().map { try Self.pushJob(from: $0.makeRandomAccess()) }

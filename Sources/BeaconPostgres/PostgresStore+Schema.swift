@@ -344,6 +344,8 @@ extension PostgresStore {
                 "CREATE INDEX push_contents_by_message ON push_contents (app_id, message_id)",
                 "ALTER TABLE push_jobs ADD COLUMN content_id BIGINT",
                 "ALTER TABLE push_jobs ADD COLUMN badge BIGINT",
+                // Whether a content is still referred to, when jobs are deleted.
+                "CREATE INDEX push_jobs_by_content ON push_jobs (content_id) WHERE content_id IS NOT NULL",
             ]),
     ]
 }

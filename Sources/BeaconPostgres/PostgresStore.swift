@@ -340,7 +340,7 @@ public final class PostgresStore: BeaconStore {
             let contents = try await connection.query(
                 "DELETE FROM push_jobs WHERE app_id = \(app) AND username = \(username) RETURNING content_id", logger: logger
             ).collect().compactMap { try $0.decode(Int64?.self) }
-            try await connection.query(Self.deletingUnreferencedContents(Set(contents), app: app), logger: logger)
+            try await Self.deleteUnreferencedContents(Set(contents), app: app, connection: connection, logger: logger)
             // Each group the user owned goes to its longest-standing member (earliest joined, then by name), or is dissolved
             // when no member is left (the memberships are gone already).
             try await connection.query(

@@ -232,6 +232,7 @@ extension SQLiteStore {
                     CREATE INDEX push_contents_by_message ON push_contents (app_id, message_id);
                     ALTER TABLE push_jobs ADD COLUMN content_id INTEGER;
                     ALTER TABLE push_jobs ADD COLUMN badge INTEGER;
+                    CREATE INDEX push_jobs_by_content ON push_jobs (content_id) WHERE content_id IS NOT NULL;
                     """)
         }
         return migrator

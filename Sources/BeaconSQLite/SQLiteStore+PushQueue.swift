@@ -135,9 +135,8 @@ extension SQLiteStore {
         for chunk in chunks(ids) {
             try db.execute(
                 sql: """
-                    DELETE FROM push_contents WHERE app_id = ? AND id IN (\(marks(chunk.count))) AND NOT EXISTS (
-                        SELECT 1 FROM push_jobs j WHERE j.app_id = push_contents.app_id AND j.message_id = push_contents.message_id
-                            AND j.content_id = push_contents.id)
+                    DELETE FROM push_contents WHERE app_id = ? AND id IN (\(marks(chunk.count)))
+                        AND NOT EXISTS (SELECT 1 FROM push_jobs j WHERE j.content_id = push_contents.id)
                     """,
                 arguments: StatementArguments([app] + chunk))
         }
@@ -383,19 +382,32 @@ extension SQLiteStore {
         return try rows.map { try pushJob(from: $0, columns, contents: contents) }
     }
 
-    /// A stored push content: the head its jobs share and where their badge goes (`PushContents`).
-    typealias StoredContent = (head: String, badgeOffset: Int64?)
+    /// A stored push content: the message it belongs to, the head its jobs share and where their badge goes
+    /// (`PushContents`).
+    struct StoredContent {
+        var app: Int64
+        var message: Int64
+        var head: String
+        var badgeOffset: Int64?
+    }
 
-    /// The contents that rows of `push_jobs` refer to, by id (a row whose reference does not decode finds none).
+    /// The contents that rows of `push_jobs` refer to, by id. A row whose reference does not decode finds none, and a
+    /// content row that does not decode is left out: only the jobs that refer to it fail (as damaged rows).
     static func contents(referredToBy rows: [Row], _ columns: Columns, db: Database) throws -> [Int64: StoredContent] {
         let ids = Set(rows.compactMap { row in try? columns.decode("content_id", in: row) as Int64? })
         var contents: [Int64: StoredContent] = [:]
         for chunk in chunks(Array(ids)) {
             for row in try Row.fetchAll(
-                db, sql: "SELECT id, head, badge_offset FROM push_contents WHERE id IN (\(marks(chunk.count)))",
+                db, sql: "SELECT id, app_id, message_id, head, badge_offset FROM push_contents WHERE id IN (\(marks(chunk.count)))",
                 arguments: StatementArguments(Array(chunk)))
             {
-                contents[try row.decode(forColumn: "id")] = (try row.decode(forColumn: "head"), try row.decode(forColumn: "badge_offset"))
+                guard let id = try? row.decode(Int64.self, forColumn: "id"),
+                    let content = try? StoredContent(
+                        app: row.decode(forColumn: "app_id"), message: row.decode(forColumn: "message_id"),
+                        head: row.decode(forColumn: "head"),
+                        badgeOffset: row.decode(forColumn: "badge_offset"))
+                else { continue }
+                contents[id] = content
             }
         }
         return contents
@@ -409,13 +421,15 @@ extension SQLiteStore {
             job: id, pushType: try column("push_type"), priority: try column("priority"), apnsID: try column("apns_id"),
             status: try column("status"))
         let username: String = try column("username")
+        let (app, message): (Int64, Int64) = (try column("app_id"), try column("message_id"))
         let contentID: Int64? = try column("content_id")
-        let content = contentID.flatMap { contents[$0] }
+        // Only a content of the job's own message: a damaged reference never splices in another message's text.
+        let content = contentID.flatMap { contents[$0] }.flatMap { $0.app == app && $0.message == message ? $0 : nil }
         let payload = try StoredForm.payload(
             job: id, stored: try column("payload"), contentID: contentID, head: content?.head, badgeOffset: content?.badgeOffset,
             badge: try column("badge"), username: username)
         return PushJob(
-            id: id, appID: try column("app_id"), messageID: UInt64(bitPattern: try column("message_id") as Int64),
+            id: id, appID: app, messageID: UInt64(bitPattern: message),
             job: NewPushJob(
                 username: username, deviceID: try column("device_id"), notifier: try column("notifier"),
                 deviceToken: try column("device_token"), topic: try column("topic"), pushType: typed.pushType,

@@ -5,8 +5,8 @@ import Testing
 
 /// A route's payloads split into contents stored once (`PushContents`): each job's payload comes back byte for byte.
 @Suite struct PushContentsTests {
-    /// `head`, then `username` as `t`, the way `MessagePayloads` renders a receiver's payload; the badge goes after
-    /// `"hi"` when `badged`.
+    /// `head`, then `username` as `t`, the way `MessagePayloads` renders a receiver's payload; the badge goes at the end
+    /// of `aps` when `badged`.
     static func job(_ username: String, head: String = #"{"aps":{"alert":"hi"},"t":"#, badged: Bool = true, skip: String? = nil)
         -> NewPushJob
     {
@@ -15,7 +15,8 @@ import Testing
         payload += "}"
         return NewPushJob(
             username: username, deviceID: "d", notifier: "ios", deviceToken: "aa", topic: "t", pushType: .alert, priority: .immediate,
-            expiration: 0, collapseID: nil, apnsID: UUID(), payload: skip == nil ? payload : "", badgeOffset: badged ? 20 : nil,
+            expiration: 0, collapseID: nil, apnsID: UUID(), payload: skip == nil ? payload : "",
+            badgeOffset: badged ? head.utf8.count - #"},"t":"#.utf8.count : nil,
             skipReason: skip)
     }
 
@@ -56,7 +57,7 @@ import Testing
         let all = jobs + [other, other, outside, twin]
         let shared = PushContents(all)
         #expect(shared.references == [nil, 0, 0, nil, nil, 1, 1, nil, nil, nil, nil])
-        #expect(shared.contents.map(\.badgeOffset) == [20, nil])
+        #expect(shared.contents.map(\.badgeOffset) == [21, nil])  // after "hé", two bytes for é
         #expect(Self.rebuilt(all, badge: 3) == all.map { $0.payload(withBadge: 3) })
     }
 

@@ -258,20 +258,26 @@ import Testing
             try await Self.storeGroupMessage(store, app, members: members)
             // bob has read nothing, carol twice as much to read: their badges differ.
             _ = try await store.append(text(8, from: "alice", to: "carol"), app: app.id, deliveries: [Delivery(username: "carol")])
-            func job(_ name: String, device: String = "d1", badged: Bool) -> NewPushJob {
-                var job = PushContentsTests.job(name, badged: badged)
+            let hi = #"{"aps":{"alert":"hi"},"t":"#
+            let yo = #"{"aps":{"alert":"yo!"},"t":"#
+            func job(_ name: String, device: String = "d1", head: String = hi, badged: Bool) -> NewPushJob {
+                var job = PushContentsTests.job(name, head: head, badged: badged)
                 job.deviceID = device
                 job.deviceToken = "\(name)-\(device)"
                 return job
             }
-            for (name, device) in [("bob", "d1"), ("carol", "d1"), ("carol", "d2"), (#"da"ve"#, "d1"), ("erin", "d1")] {
+            for (name, device) in [("bob", "d1"), ("bob", "d2"), ("carol", "d1"), ("carol", "d2"), (#"da"ve"#, "d1"), ("erin", "d1")] {
                 try await store.bind(
                     PushBinding(username: name, deviceID: device, notifier: "ios", deviceToken: "\(name)-\(device)", boundAt: 1),
                     app: app.id)
             }
-            // The first part's jobs await their badge (a transaction on PostgreSQL), the last part's need none (one
-            // statement); erin's payload is hers alone and fred is skipped: both are stored whole.
-            let first = [job("bob", badged: true), job("carol", badged: true), job("carol", device: "d2", badged: true)]
+            // The first part's jobs await their badge (a transaction on PostgreSQL), in two renderings whose badges go at
+            // different offsets; the last part's need none (one statement); erin's payload is hers alone and fred is
+            // skipped: both are stored whole.
+            let first = [
+                job("bob", badged: true), job("bob", device: "d2", head: yo, badged: true), job("carol", badged: true),
+                job("carol", device: "d2", head: yo, badged: true),
+            ]
             let last = [job(#"da"ve"#, badged: false), job("erin", badged: false), job("fred", badged: false)]
             var lone = last[1]
             lone.payload = #"{"aps":{"alert":"yours"},"t":"erin"}"#
@@ -288,12 +294,13 @@ import Testing
                     ))
             }
             // dave2 does not hold the message: no job, and the second part's content is still stored once, for dave.
-            #expect(try await Self.storedContents(store) == 2)
+            #expect(try await Self.storedContents(store) == 3)
             let expected: [String: String] = [
-                "bob/d1": first[0].payload(withBadge: 1), "carol/d1": first[1].payload(withBadge: 2),
-                "carol/d2": first[2].payload(withBadge: 2), #"da"ve/d1"#: last[0].payload, "erin/d1": lone.payload, "fred/d1": "",
+                "bob/d1": first[0].payload(withBadge: 1), "bob/d2": first[1].payload(withBadge: 1),
+                "carol/d1": first[2].payload(withBadge: 2),
+                "carol/d2": first[3].payload(withBadge: 2), #"da"ve/d1"#: last[0].payload, "erin/d1": lone.payload, "fred/d1": "",
             ]
-            #expect(expected["carol/d2"] == #"{"aps":{"alert":"hi","badge":2},"t":"carol"}"#)
+            #expect(expected["carol/d2"] == #"{"aps":{"alert":"yo!","badge":2},"t":"carol"}"#)
             let records = try await store.pushJobs(app: app.id, username: nil, messageID: 7, limit: 10)
             func payloads(_ jobs: [PushJob]) -> [String: String] {
                 Dictionary(jobs.map { ("\($0.job.username)/\($0.job.deviceID)", $0.job.payload) }, uniquingKeysWith: { first, _ in first })
@@ -306,7 +313,7 @@ import Testing
                 claimed.map { PushAttemptOutcome(jobID: $0.id, claimToken: $0.claimToken, status: .sent, httpStatus: 200, reason: nil) },
                 now: now)
             #expect(try await store.deleteUser("bob", app: app.id, now: now))
-            #expect(try await Self.storedContents(store) == 2)
+            #expect(try await Self.storedContents(store) == 3)
             let carols = try await store.pushJobs(app: app.id, username: "carol", messageID: 7, limit: 10)
             #expect(carols.map(\.job.payload).sorted() == [expected["carol/d1"] ?? "", expected["carol/d2"] ?? ""])
             #expect(try await store.deleteUser("carol", app: app.id, now: now))

@@ -189,6 +189,33 @@ import Testing
         #expect(try await store.pushQueueStats(now: now + 1).pending == 1)  // job 2, claimed; not the damaged one
     }
 
+    /// A push content that no longer decodes, or that is not its jobs' message's, fails only the jobs that refer to it:
+    /// they end `failed` (`internal_error`) and are never sent with an empty or another message's payload; the queue goes on.
+    @Test(arguments: ["UPDATE push_contents SET badge_offset = 'garbage'", "UPDATE push_contents SET message_id = message_id + 100"])
+    func aDamagedPushContentFailsOnlyTheJobsThatReferToIt(damage: String) async throws {
+        let directory = StoreKind.temporaryDirectory("beacon-damaged")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(directory: directory.path)
+        let app = try await makeApp(store)
+        try await makeUsers(store, app, ["alice", "bob"])
+        for (device, token) in [("d1", "aa"), ("d2", "bb")] {
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: device, notifier: "ios", deviceToken: token, boundAt: 1), app: app.id)
+        }
+        #expect(try await queueSharedJobs(store, app, id: 1))
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("beacon.sqlite").path)
+        defer { try? queue.close() }
+        try await queue.write { db in try db.execute(sql: damage) }
+        #expect(try await queueOneJob(store, app, id: 2, at: now + 1))
+        #expect(try await store.claimPushJobs(now: now + 1, lease: 1000, limit: 10).map(\.messageID) == [2])
+        let ends = try await queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT status, last_reason FROM push_jobs WHERE message_id = 1").map {
+                "\($0["status"] as String? ?? "")/\($0["last_reason"] as String? ?? "")"
+            }
+        }
+        #expect(ends == ["failed/internal_error", "failed/internal_error"])
+    }
+
     @Test func aStoredMessageOfAnUnknownChatTypeIsAnErrorNotAChat() async throws {
         let directory = StoreKind.temporaryDirectory("beacon-damaged")
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -33,6 +33,21 @@ func queueOneJob(
     return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute(), jobs: [job], now: time), app: app.id)
 }
 
+/// Stores message `id` from alice to bob and records its route: one push to each of bob's devices `d1` (token `aa`) and
+/// `d2` (token `bb`), which share their payload (stored once: `PushContents`).
+func queueSharedJobs(_ store: any BeaconStore, _ app: AppRecord, id: UInt64) async throws -> Bool {
+    _ = try await store.append(
+        [NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)], app: app.id,
+        receipt: nil)
+    let jobs = [("d1", "aa"), ("d2", "bb")].map { device, token in
+        var job = PushContentsTests.job("bob")
+        job.deviceID = device
+        job.deviceToken = token
+        return job
+    }
+    return try await store.recordRoute(PushRoute(messageID: id, replacing: .pendingRoute(), jobs: jobs, now: now), app: app.id)
+}
+
 /// The app of a conformance test; with `pushConfig`, a push configuration named `ios` too, without which no message of the
 /// app gets a pending route.
 func makeApp(_ store: any BeaconStore, limits: OfflineLimits = .default, pushConfig: Bool = true) async throws -> AppRecord {
