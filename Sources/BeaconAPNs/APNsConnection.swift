@@ -103,14 +103,20 @@ final class APNsConnection: Sendable {
     private func send(
         _ notification: APNsNotification, token: String?, timeout: Duration, writeBy: ContinuousClock.Instant?
     ) async throws -> APNsAccepted {
-        var headers: HPACKHeaders = [
-            ":method": "POST", ":scheme": "https", ":path": "/3/device/\(notification.deviceToken)", ":authority": authority,
-            "apns-topic": notification.topic, "apns-push-type": notification.pushType.rawValue,
-            "apns-id": notification.apnsID.uuidString.lowercased(),
-        ]
+        // What is the same for every request of the connection (or for an hour: the token) goes into HPACK's dynamic
+        // table, and is sent as one-byte indexes from then on; what changes per request (the device's path, apns-id,
+        // expiry, collapse id) is sent literally without indexing: it would only churn the table, whose search runs for
+        // every header encoded.
+        var headers: HPACKHeaders = [":method": "POST", ":scheme": "https", ":authority": authority]
+        headers.add(name: ":path", value: "/3/device/\(notification.deviceToken)", indexing: .nonIndexable)  // pseudo-headers first
+        headers.add(name: "apns-topic", value: notification.topic)
+        headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
+        headers.add(name: "apns-id", value: notification.apnsID.uuidString.lowercased(), indexing: .nonIndexable)
         if let priority = notification.priority { headers.add(name: "apns-priority", value: String(priority)) }
-        if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
-        if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
+        if let expiration = notification.expiration {
+            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+        }
+        if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable) }
         if let token { headers.add(name: "authorization", value: "bearer " + token, indexing: .indexable) }
         // One hop to the event loop, where the request is written on a new stream.
         let response = channel.eventLoop.makePromise(of: StreamResponse.self)
