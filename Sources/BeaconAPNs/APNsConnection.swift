@@ -103,10 +103,10 @@ final class APNsConnection: Sendable {
     private func send(
         _ notification: APNsNotification, token: String?, timeout: Duration, writeBy: ContinuousClock.Instant?
     ) async throws -> APNsAccepted {
-        // What is the same for every request of the connection (or for an hour: the token) goes into HPACK's dynamic
-        // table, and is sent as one-byte indexes from then on; what changes per request (the device's path, apns-id,
-        // expiry, collapse id) is sent literally without indexing: it would only churn the table, whose search runs for
-        // every header encoded.
+        // What is the same for every request of the connection (or for the provider token's 50 minutes) is indexed: a
+        // one-byte reference from then on (from HPACK's static table or, once inserted, its dynamic one). What changes
+        // per request (the device's path, apns-id, expiry, collapse id) is sent literally without indexing: inserted, it
+        // would only churn the dynamic table, which the encoder searches for every header it encodes.
         var headers: HPACKHeaders = [":method": "POST", ":scheme": "https", ":authority": authority]
         headers.add(name: ":path", value: "/3/device/\(notification.deviceToken)", indexing: .nonIndexable)  // pseudo-headers first
         headers.add(name: "apns-topic", value: notification.topic)
