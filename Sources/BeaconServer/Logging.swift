@@ -64,6 +64,11 @@ public struct JSONLogHandler: LogHandler {
         // A failed write (a closed pipe, a full disk) loses the line; it must not stop the server.
         output.withLock { _ in try? FileHandle.standardOutput.write(contentsOf: Data(line.utf8)) }
     }
+
+    /// Writes a line to standard error, one line at a time.
+    public static let standardError: @Sendable (String) -> Void = { line in
+        output.withLock { _ in try? FileHandle.standardError.write(contentsOf: Data(line.utf8)) }
+    }
 }
 
 /// One info line per HTTP request, after it is answered: method, route pattern, path (never the query, which may hold a

@@ -114,68 +114,6 @@ final class LatencyLog: Sendable {
     var values: [Double] { samples.withLock { $0 } }
 }
 
-/// RSS of a separate `beacon serve` process per idle WebSocket connection.
-struct Idle: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Memory per idle connection of a beacon serve process.")
-
-    @Option var connections = 10_000
-    @Option(help: "The beacon executable (default: next to this one).") var beacon: String?
-
-    func run() async throws {
-        let directory = StoreKind.temporaryDirectory("beacon-idle")
-        let executable = beacon.map { URL(fileURLWithPath: $0) } ?? BeaconProcess.executable
-        let created = try await runToExit(executable, ["app", "create", "acme/chat", "--json", "--data-dir", directory.path])
-        let credentials = try JSONDecoder().decode([String: String].self, from: created.output)
-        let serve = try await ServerProcess.start(dataDirectory: directory, simulator: nil, executable: executable)
-        defer { serve.process.signal(SIGKILL) }
-        let baseURL = serve.baseURL
-        let appToken = try await serve.token(
-            [
-                "grant_type": "client_credentials", "client_id": .string(credentials["client_id"] ?? ""),
-                "client_secret": .string(credentials["client_secret"] ?? ""),
-            ])
-        _ = try await serve.rest("POST", "/users", ["username": "idle", "password": "pw"], token: appToken)
-        let userToken = try await serve.token(["grant_type": "password", "username": "idle", "password": "pw"])
-
-        // Warm up with a few connections so that one-time allocations are not counted per connection.
-        var clients: [BeaconClient] = []
-        func connect(_ count: Int) async throws {
-            try await withThrowingTaskGroup(of: BeaconClient.self) { group in
-                var started = 0
-                var running = 0
-                while started < count || running > 0 {
-                    while started < count && running < 200 {
-                        let id = clients.count + started
-                        group.addTask {
-                            let client = BeaconClient(
-                                options: BeaconOptions(
-                                    appKey: "acme#chat", serverURL: baseURL, deviceID: "d\(id)", storage: MemoryStorage()))
-                            try await client.login(token: userToken, username: "idle")
-                            return client
-                        }
-                        started += 1
-                        running += 1
-                    }
-                    if let client = try await group.next() {
-                        clients.append(client)
-                        running -= 1
-                    }
-                }
-            }
-        }
-        try await connect(100)
-        try await Task.sleep(for: .seconds(1))
-        let before = residentBytes(pid: serve.process.child.processIdentifier)
-        try await connect(connections)
-        try await Task.sleep(for: .seconds(2))
-        let after = residentBytes(pid: serve.process.child.processIdentifier)
-        let perConnection = Double(after - before) / Double(connections)
-        print("idle: \(connections) connections (+100 warm-up) to a separate beacon serve process")
-        print("server RSS before \(before / 1024 / 1024) MiB, after \(after / 1024 / 1024) MiB")
-        print("RSS per idle connection: \(format(perConnection / 1024, 1)) KiB (aim 20 KB, ratio \(format(perConnection / 20_000)))")
-    }
-}
-
 /// A device reconnects with 10,000 stored messages.
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Catch-up: time for a device to receive 10,000 stored messages.")

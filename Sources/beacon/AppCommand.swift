@@ -41,7 +41,7 @@ struct AppCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError(error.message)
             }
-            let logger = try makeLogger(config, fallbackLevel: .warning)
+            let logger = try makeLogger(config, fallbackLevel: .warning, toStandardError: true)
             let credentials = try await withConfiguredStore(config, logger: logger) { store, database in
                 // Without the server's secret key (none configured, or no key file yet: `serve` makes it at its first
                 // start), the app gets its client credentials and no Tencent identity.
@@ -143,7 +143,7 @@ struct AppCommand: AsyncParsableCommand {
                 throw ValidationError(error.message)
             }
             let config = try await data.reader(flags: [:])
-            let logger = try makeLogger(config, fallbackLevel: .warning)
+            let logger = try makeLogger(config, fallbackLevel: .warning, toStandardError: true)
             let (sdkAppID, secretKey, admin) = (sdkappid, secretKey, admin)
             let made = try await withConfiguredStore(config, logger: logger) { store, database in
                 guard let box = try await existingSecretBox(config, database: database, store: store) else {

@@ -55,15 +55,18 @@ struct DataOptions: ParsableArguments {
 }
 
 /// The process's logger: `logLevel` (trace … critical; default `info`, or `fallbackLevel`) and `logFormat` (`text`, the
-/// default, or `json`: one JSON object per line).
-func makeLogger(_ config: ConfigReader, fallbackLevel: Logger.Level = .info) throws -> Logger {
+/// default, or `json`: one JSON object per line). On standard output, or on standard error for a command whose standard
+/// output is its result (`--json`, the credentials shown once), so that a script reads the result alone.
+func makeLogger(_ config: ConfigReader, fallbackLevel: Logger.Level = .info, toStandardError: Bool = false) throws -> Logger {
     let levelText = config.value(Settings.logLevel)
     guard let level = levelText.map({ Logger.Level(rawValue: $0) }) ?? fallbackLevel else {
         throw ValidationError("logLevel must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
     }
     switch config.value(Settings.logFormat) {
-    case "text": LoggingSystem.bootstrap(StreamLogHandler.standardOutput)
-    case "json": LoggingSystem.bootstrap { JSONLogHandler(label: $0) }
+    case "text": LoggingSystem.bootstrap(toStandardError ? StreamLogHandler.standardError : StreamLogHandler.standardOutput)
+    case "json":
+        let write = toStandardError ? JSONLogHandler.standardError : JSONLogHandler.standardOutput
+        LoggingSystem.bootstrap { JSONLogHandler(label: $0, write: write) }
     case let other: throw ValidationError("logFormat must be text or json, not \(other)")
     }
     var logger = Logger(label: "beacon")

@@ -203,10 +203,8 @@ import Testing
     @Test func theRotateSecretCommandWorksBesideARunningServer() async throws {
         try await withTemporaryDirectory { directory in
             let data = directory.appendingPathComponent("data").path
-            func json(_ output: Data) throws -> JSONValue {
-                let line = try #require(String(decoding: output, as: UTF8.self).split(separator: "\n").last { $0.hasPrefix("{") })
-                return try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
-            }
+            // Standard output holds the JSON alone: the warning that no secret key exists yet goes to standard error.
+            func json(_ output: Data) throws -> JSONValue { try JSONDecoder().decode(JSONValue.self, from: output) }
             let created = try await runToExit(BeaconProcess.executable, ["app", "create", "acme/chat", "--json", "--data-dir", data])
             #expect(created.status == 0)
             let old = try json(created.output)
