@@ -53,14 +53,14 @@ struct Idle: AsyncParsableCommand {
             activeTokens.append(try await serve.token(["grant_type": "password", "username": .string(name), "password": "pw"]))
         }
 
-        /// Connects `count` devices, 200 at a time: device `device(i)` of the user `login(i)` names.
+        /// Connects `count` devices, 200 at a time: device `device(i)` of the user `login(i)` names; returned in index order.
         func connect(
             _ count: Int, device: @escaping @Sendable (Int) -> String, login: @escaping @Sendable (Int) -> (token: String, username: String)
         )
             async throws -> [BeaconClient]
         {
-            try await withThrowingTaskGroup(of: BeaconClient.self) { group in
-                var clients: [BeaconClient] = []
+            try await withThrowingTaskGroup(of: (Int, BeaconClient).self) { group in
+                var clients: [(Int, BeaconClient)] = []
                 var (started, running) = (0, 0)
                 while started < count || running > 0 {
                     while started < count && running < 200 {
@@ -71,7 +71,7 @@ struct Idle: AsyncParsableCommand {
                                     appKey: "acme#chat", serverURL: baseURL, deviceID: device(index), storage: MemoryStorage()))
                             let (token, username) = login(index)
                             try await client.login(token: token, username: username)
-                            return client
+                            return (index, client)
                         }
                         started += 1
                         running += 1
@@ -81,7 +81,7 @@ struct Idle: AsyncParsableCommand {
                         running -= 1
                     }
                 }
-                return clients
+                return clients.sorted { $0.0 < $1.0 }.map(\.1)  // in index order, whatever order they connected in
             }
         }
         // Warm up with a few connections so that one-time allocations are not counted per connection.
@@ -124,12 +124,10 @@ struct Idle: AsyncParsableCommand {
                         // A message the user sent reaches their other devices too: only what others sent them counts.
                         for await message in device.messages where message.to == username && message.from != username {
                             guard case .number(let sentAt) = message.ext["t"] else { continue }
-                            if latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6) >= expected { return }
+                            _ = latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6)
                         }
                     }
                 }
-                await group.next()
-                group.cancelAll()
             }
         }
         try await Task.sleep(for: .milliseconds(200))  // the receivers are listening
@@ -151,12 +149,11 @@ struct Idle: AsyncParsableCommand {
             }
             try await group.waitForAll()
         }
-        let waitLimit = Task {
-            try await Task.sleep(for: .seconds(30))
-            receivers.cancel()
-        }
+        // Until every delivery is in, for 30 s at most.
+        let deadline = monotonicNanoseconds() + 30_000_000_000
+        while latencies.values.count < expected, monotonicNanoseconds() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        receivers.cancel()
         await receivers.value
-        waitLimit.cancel()
         return latencies.values.sorted()
     }
 }
