@@ -3,6 +3,7 @@ import BeaconClient
 import BeaconCore
 import BeaconTesting
 import Foundation
+import Synchronization
 
 /// RSS of a separate `beacon serve` process per WebSocket connection, most of them idle, some active: the latency of the
 /// active ones while the others hold their connections.
@@ -21,6 +22,7 @@ struct Idle: AsyncParsableCommand {
     static let devicesPerActiveUser = 10
 
     func run() async throws {
+        guard connections >= 1, seconds >= 1 else { throw ValidationError("--connections and --seconds must be at least 1") }
         guard connections >= active, active == 0 || active >= 2 * Self.devicesPerActiveUser, active % Self.devicesPerActiveUser == 0
         else {
             throw ValidationError(
@@ -30,14 +32,15 @@ struct Idle: AsyncParsableCommand {
         let directory = StoreKind.temporaryDirectory("beacon-idle")
         let executable = beacon.map { URL(fileURLWithPath: $0) } ?? BeaconProcess.executable
         let created = try await runToExit(executable, ["app", "create", "acme/chat", "--json", "--data-dir", directory.path])
-        let credentials = try JSONDecoder().decode([String: String].self, from: created.output)
+        guard created.status == 0 else { throw TestFailure("beacon app create exited with \(created.status)") }
+        let credentials = try JSONDecoder().decode(JSONValue.self, from: created.output)
         let serve = try await ServerProcess.start(dataDirectory: directory, simulator: nil, executable: executable)
         defer { serve.process.signal(SIGKILL) }
         let baseURL = serve.baseURL
         let appToken = try await serve.token(
             [
-                "grant_type": "client_credentials", "client_id": .string(credentials["client_id"] ?? ""),
-                "client_secret": .string(credentials["client_secret"] ?? ""),
+                "grant_type": "client_credentials", "client_id": credentials["client_id"] ?? "",
+                "client_secret": credentials["client_secret"] ?? "",
             ])
         _ = try await serve.rest("POST", "/users", ["username": "idle", "password": "pw"], token: appToken)
         let idleToken = try await serve.token(["grant_type": "password", "username": "idle", "password": "pw"])
@@ -98,12 +101,13 @@ struct Idle: AsyncParsableCommand {
         let perConnection = Double(after - before) / Double(connections)
         print("idle: \(connections) connections (+100 warm-up) to a separate beacon serve process, \(active) of them active")
         print("server RSS before \(before / 1024 / 1024) MiB, after \(after / 1024 / 1024) MiB")
-        print("RSS per connection: \(format(perConnection / 1024, 1)) KiB (aim 20 KB, ratio \(format(perConnection / 20_000)))")
+        print("RSS per connection: \(format(perConnection / 1024, 1)) KiB (aim 20 KiB, ratio \(format(perConnection / 20_480)))")
         if !activeUsers.isEmpty {
-            let latencies = try await Self.exchange(busy, users: activeUsers, seconds: seconds)
+            let (latencies, failedSends) = try await Self.exchange(busy, users: activeUsers, seconds: seconds)
             print(
                 "active: \(active) connections (\(activeUsers.count) users × \(perUser) devices) each receiving a message a second for "
-                    + "\(seconds) s: \(latencies.count) of \(active * seconds) delivered")
+                    + "\(seconds) s: \(latencies.count) of \(active * seconds) delivered"
+                    + (failedSends == 0 ? "" : " (\(failedSends) sends failed or were cut short)"))
             print(
                 "active latency ms: p50 \(format(percentile(latencies, 0.5))) p99 \(format(percentile(latencies, 0.99))) "
                     + "max \(format(latencies.last ?? .nan)) (aim p99 ≤ 20 ms, ratio \(format(percentile(latencies, 0.99) / 20)))")
@@ -112,8 +116,9 @@ struct Idle: AsyncParsableCommand {
     }
 
     /// Each active user sends a message a second to the next user, spread over the second; each of the receiver's devices
-    /// measures the time from the send (the message carries it). Returns the latencies (ms), sorted.
-    static func exchange(_ devices: [BeaconClient], users: [String], seconds: Int) async throws -> [Double] {
+    /// measures the time from the send (the message carries it). Returns the latencies (ms), sorted, and how many sends
+    /// failed or had not ended when the wait for the deliveries did.
+    static func exchange(_ devices: [BeaconClient], users: [String], seconds: Int) async throws -> (latencies: [Double], failedSends: Int) {
         let latencies = LatencyLog()
         let expected = devices.count * seconds
         let receivers = Task {
@@ -130,30 +135,41 @@ struct Idle: AsyncParsableCommand {
                 }
             }
         }
+        defer { receivers.cancel() }
         try await Task.sleep(for: .milliseconds(200))  // the receivers are listening
+        // Sends are not awaited one by one: one that waits for a reconnect must not hold up the schedule or the report.
+        let unfinished = Count()
+        var sends: [Task<Void, Never>] = []
+        defer { for send in sends { send.cancel() } }
         let start = monotonicNanoseconds()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for second in 0..<seconds {
-                for (index, user) in users.enumerated() {
-                    let due = start + UInt64(second) * 1_000_000_000 + UInt64(index) * 1_000_000_000 / UInt64(users.count)
-                    let now = monotonicNanoseconds()
-                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
-                    let sender = devices[index * devicesPerActiveUser]
-                    let receiver = users[(index + 1) % users.count]
-                    group.addTask {
-                        try await sender.send(
-                            OutgoingChatMessage(
-                                to: receiver, content: .text("\(user) \(second)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
-                    }
-                }
+        for second in 0..<seconds {
+            for (index, user) in users.enumerated() {
+                let due = start + UInt64(second) * 1_000_000_000 + UInt64(index) * 1_000_000_000 / UInt64(users.count)
+                let now = monotonicNanoseconds()
+                if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
+                let sender = devices[index * devicesPerActiveUser]
+                let receiver = users[(index + 1) % users.count]
+                unfinished.add(1)
+                sends.append(
+                    Task {
+                        let message = OutgoingChatMessage(
+                            to: receiver, content: .text("\(user) \(second)"), ext: ["t": .number(Double(monotonicNanoseconds()))])
+                        if (try? await sender.send(message)) != nil { unfinished.add(-1) }
+                    })
             }
-            try await group.waitForAll()
         }
         // Until every delivery is in, for 30 s at most.
         let deadline = monotonicNanoseconds() + 30_000_000_000
         while latencies.values.count < expected, monotonicNanoseconds() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         receivers.cancel()
         await receivers.value
-        return latencies.values.sorted()
+        return (latencies.values.sorted(), unfinished.value)
     }
+}
+
+/// A count several tasks change.
+final class Count: Sendable {
+    private let count = Mutex(0)
+    func add(_ amount: Int) { count.withLock { $0 += amount } }
+    var value: Int { count.withLock { $0 } }
 }
