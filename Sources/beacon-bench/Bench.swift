@@ -63,8 +63,8 @@ enum LiveLoad {
                 for device in devices {
                     group.addTask {
                         for await message in device.messages {
-                            guard case .number(let sentAt) = message.ext["t"] else { continue }
-                            if latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6) >= total { return }
+                            guard case .number(let sentAt) = message.ext["t"], let latency = milliseconds(since: sentAt) else { continue }
+                            if latencies.record(latency) >= total { return }
                         }
                     }
                 }

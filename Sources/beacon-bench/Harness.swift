@@ -85,6 +85,14 @@ func monotonicNanoseconds() -> UInt64 {
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
+/// Milliseconds since `sentAt` (a `monotonicNanoseconds()` a message carried in its ext); nil for a value no send of
+/// this process wrote (negative, fractional, out of range, or later than now).
+func milliseconds(since sentAt: Double) -> Double? {
+    guard let sent = UInt64(exactly: sentAt) else { return nil }
+    let now = monotonicNanoseconds()
+    return sent <= now ? Double(now - sent) / 1e6 : nil
+}
+
 func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", value) }
 
 /// Runs `body` with `nodes` stores on one database: `sqlite` (one node, a fresh directory) or a `postgres://` URL (a fresh

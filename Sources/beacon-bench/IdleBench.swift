@@ -15,14 +15,16 @@ struct Idle: AsyncParsableCommand {
     var connections = 10_000
     @Option(help: "Of the connections, how many receive one message a second (as 10 devices of each of active/10 users).")
     var active = 1000
-    @Option(help: "Seconds of active traffic.") var seconds = 10
+    @Option(help: "Seconds of active traffic (at most 3,600).") var seconds = 10
     @Option(help: "The beacon executable (default: next to this one).") var beacon: String?
 
     /// Devices per active user: a message to the user reaches each of them.
     static let devicesPerActiveUser = 10
 
     func run() async throws {
-        guard connections >= 1, seconds >= 1 else { throw ValidationError("--connections and --seconds must be at least 1") }
+        guard (1...1_000_000).contains(connections), (1...3600).contains(seconds) else {
+            throw ValidationError("--connections must be from 1 to 1,000,000, --seconds from 1 to 3,600")
+        }
         guard connections >= active, active == 0 || active >= 2 * Self.devicesPerActiveUser, active % Self.devicesPerActiveUser == 0
         else {
             throw ValidationError(
@@ -128,8 +130,8 @@ struct Idle: AsyncParsableCommand {
                     group.addTask {
                         // A message the user sent reaches their other devices too: only what others sent them counts.
                         for await message in device.messages where message.to == username && message.from != username {
-                            guard case .number(let sentAt) = message.ext["t"] else { continue }
-                            _ = latencies.record(Double(monotonicNanoseconds() - UInt64(sentAt)) / 1e6)
+                            guard case .number(let sentAt) = message.ext["t"], let latency = milliseconds(since: sentAt) else { continue }
+                            _ = latencies.record(latency)
                         }
                     }
                 }
