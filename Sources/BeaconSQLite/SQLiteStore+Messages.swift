@@ -229,9 +229,8 @@ extension SQLiteStore {
                 arguments: [app.id, cutoff, Self.retentionBatch])
             guard !ids.isEmpty else { return false }
             let list = ids.map(String.init).joined(separator: ",")
-            let contents = try Int64.fetchAll(
-                db, sql: "SELECT DISTINCT content_id FROM push_jobs WHERE id IN (\(list)) AND content_id IS NOT NULL")
-            try db.execute(sql: "DELETE FROM push_attempts WHERE job_id IN (\(list)); DELETE FROM push_jobs WHERE id IN (\(list))")
+            try db.execute(sql: "DELETE FROM push_attempts WHERE job_id IN (\(list))")
+            let contents = try Int64?.fetchAll(db, sql: "DELETE FROM push_jobs WHERE id IN (\(list)) RETURNING content_id")
             try Self.deleteUnreferencedContents(contents, app: app.id, db: db)
             return ids.count == Self.retentionBatch
         }) {}

@@ -130,9 +130,10 @@ extension SQLiteStore {
         }
     }
 
-    /// Deletes the push contents among `ids` that no job refers to any more (their last jobs were just deleted).
-    static func deleteUnreferencedContents(_ ids: [Int64], app: Int64, db: Database) throws {
-        for chunk in chunks(ids) {
+    /// Deletes the push contents among `ids` (the references of jobs just deleted, nil for none) that no job refers to
+    /// any more.
+    static func deleteUnreferencedContents(_ ids: [Int64?], app: Int64, db: Database) throws {
+        for chunk in chunks(Array(Set(ids.compactMap { $0 }))) {
             try db.execute(
                 sql: """
                     DELETE FROM push_contents WHERE app_id = ? AND id IN (\(marks(chunk.count)))

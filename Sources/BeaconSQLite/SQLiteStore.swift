@@ -284,10 +284,8 @@ public final class SQLiteStore: BeaconStore {
             try db.execute(
                 sql: "DELETE FROM push_attempts WHERE job_id IN (SELECT id FROM push_jobs WHERE app_id = ? AND username = ?)",
                 arguments: [app, username])
-            let contents = try Int64.fetchAll(
-                db, sql: "SELECT DISTINCT content_id FROM push_jobs WHERE app_id = ? AND username = ? AND content_id IS NOT NULL",
-                arguments: [app, username])
-            try db.execute(sql: "DELETE FROM push_jobs WHERE app_id = ? AND username = ?", arguments: [app, username])
+            let contents = try Int64?.fetchAll(
+                db, sql: "DELETE FROM push_jobs WHERE app_id = ? AND username = ? RETURNING content_id", arguments: [app, username])
             try Self.deleteUnreferencedContents(contents, app: app, db: db)
             let devicePrefix = SendReceipt.deviceScope(user: username, device: "")
             try db.execute(

@@ -60,14 +60,15 @@ public struct JSONLogHandler: LogHandler {
     private static let output = Mutex(())
 
     /// Writes a line to standard output, one line at a time.
-    public static let standardOutput: @Sendable (String) -> Void = { line in
-        // A failed write (a closed pipe, a full disk) loses the line; it must not stop the server.
-        output.withLock { _ in try? FileHandle.standardOutput.write(contentsOf: Data(line.utf8)) }
-    }
-
+    public static let standardOutput = lines(to: .standardOutput)
     /// Writes a line to standard error, one line at a time.
-    public static let standardError: @Sendable (String) -> Void = { line in
-        output.withLock { _ in try? FileHandle.standardError.write(contentsOf: Data(line.utf8)) }
+    public static let standardError = lines(to: .standardError)
+
+    private static func lines(to handle: FileHandle) -> @Sendable (String) -> Void {
+        { line in
+            // A failed write (a closed pipe, a full disk) loses the line; it must not stop the server.
+            output.withLock { _ in try? handle.write(contentsOf: Data(line.utf8)) }
+        }
     }
 }
 
