@@ -90,13 +90,17 @@ let package = Package(
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "Hummingbird", package: "hummingbird"),
-            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "HummingbirdCore", package: "hummingbird"),
             // The request context's identity and the authenticator middlewares (Authentication.swift).
             .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
-            // Only for the HTTP part type of the handler that answers refused WebSocket upgrades (RequestContext.swift).
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            // The connections' HTTP/1.1 upgraded to devices' WebSockets (GatewayChannel.swift, DeviceSocket.swift).
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
             .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+            .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -4,7 +4,7 @@ import BeaconStorage
 import Crypto
 import Foundation
 import Hummingbird
-import HummingbirdWebSocket
+import HummingbirdCore
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -237,29 +237,36 @@ public struct BeaconServer: Sendable {
         webSocketRouter.add(middleware: RequestMetricsMiddleware(metrics: metrics))
         webSocketRouter.add(
             middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: RouteTable(), refusedUpgrades: refusedUpgrades))
-        webSocketRouter.ws("/:org/:app/ws") { request, context in
-            _ = try await authenticateDevice(request, context)
-            return .upgrade([:])
-        } onUpgrade: { inbound, outbound, context in
-            let (app, user, deviceID) = try await authenticateDevice(context.request, context.requestContext)
+        // An upgrade the route answers 200 is accepted: the route leaves the device's connection in the context.
+        webSocketRouter.get("/:org/:app/ws") { request, context -> Response in
+            let (app, user, deviceID) = try await authenticateDevice(request, context)
             // Read markers changed after this version are sent after `welcome` (the SDK remembers the last one it saw).
-            let readsSince = context.request.uri.queryParameters.get("reads_since").flatMap { Int64($0) } ?? 0
+            let readsSince = request.uri.queryParameters.get("reads_since").flatMap { Int64($0) } ?? 0
             let session = DeviceSession(
                 app: app, user: user, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
                 switchboard: switchboard, cursors: cursors,
                 outboxLimit: configuration.outboxLimit, afterRegistered: hooks.afterDeviceRegistered,
-                reauthenticate: { _ = try await authenticateDevice(context.request, context.requestContext) }, logger: context.logger)
-            try await session.run(inbound: inbound, outbound: outbound)
+                reauthenticate: { _ = try await authenticateDevice(request, context) }, logger: context.logger)
+            context.acceptedUpgrade?.connection = DeviceConnection(session: session)
+            return Response(status: .ok)
         }
+        let upgrades = webSocketRouter.buildResponder()
 
         let logger = self.logger
         return Application(
             router: router,
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: webSocketRouter,
-                configuration: .init(
-                    http1: .init(additionalChannelHandlers: [RefusedUpgradeWriter(refused: refusedUpgrades)]),
-                    ws: .init(maxFrameSize: DeviceSession.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))),
+            server: HTTPServerBuilder { responder in
+                GatewayChannel(responder: responder, maxMessageBytes: DeviceSession.maxFrameBytes, refused: refusedUpgrades) {
+                    head, channel, logger in
+                    var logger = logger
+                    logger[metadataKey: "hb.request.id"] = .stringConvertible(RequestID())
+                    var context = BeaconRequestContext(source: .init(channel: channel, logger: logger))
+                    let accepted = AcceptedUpgrade()
+                    context.acceptedUpgrade = accepted
+                    let response = try? await upgrades.respond(to: Request(head: head, body: .init(buffer: ByteBuffer())), context: context)
+                    return response?.status == .ok ? accepted.connection : nil
+                }
+            },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
             // Services stop in reverse order: the cluster's last, so that the node leaves once it pushes and serves no more.
             services: (switchboard.link.map { [ClusterService(link: $0, router: pushRouter, logger: logger)] } ?? []) + [
@@ -275,9 +282,7 @@ public struct BeaconServer: Sendable {
         )
     }
 
-    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter. (Not inlined:
-    /// its locals would stay in the frame of the upgrade's handler, suspended for the connection's whole life.)
-    @inline(never)
+    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
     private func authenticateDevice(_ request: Request, _ context: BeaconRequestContext) async throws -> (AppRecord, UserIdentity, String) {
         let app = try await api.app(named: AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app")))
         let user = try await api.identify(request, app: app).user
@@ -294,17 +299,28 @@ public struct BeaconServer: Sendable {
 }
 
 /// On graceful shutdown, tells every device to go (they reconnect elsewhere or later and sync), and waits (bounded) for
-/// their connections to end.
+/// their connections to end; then closes those still open (device sockets outlive the server's connection tasks).
 struct ShutdownNotice: Service {
     let registry: ConnectionRegistry
     let timeout: Duration
 
     func run() async throws {
         try? await gracefulShutdown()
-        guard !Task.isCancelled else { return }  // the application failed: nothing to announce
+        guard !Task.isCancelled else {
+            registry.closeEverySocket()  // the application failed: nothing to announce
+            return
+        }
         registry.disconnectEveryone(reason: "shutdown")
+        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides. A device
+        // that did not go when told (its socket neither answered nor closed) is cut off, and given as long again.
+        await waitForEveryone(upTo: timeout)
+        guard !registry.isIdle else { return }
+        registry.closeEverySocket()
+        await waitForEveryone(upTo: timeout)
+    }
+
+    private func waitForEveryone(upTo timeout: Duration) async {
         let deadline = ContinuousClock.now + timeout
-        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides.
         while !registry.isIdle, ContinuousClock.now < deadline, !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(10))
         }

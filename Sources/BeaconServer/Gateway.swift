@@ -2,7 +2,6 @@ import BeaconCore
 import BeaconProtocol
 import BeaconStorage
 import Foundation
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import Synchronization
@@ -17,7 +16,8 @@ final class Checkpoint: Sendable {
     }
 }
 
-/// The WebSocket side of Beacon: one `DeviceSession` per connected device.
+/// The WebSocket side of Beacon: what a connected device's session does (`DeviceConnection` runs it) — its greeting, the
+/// frames it sends, what is written to it, and its end.
 struct DeviceSession {
     let app: AppRecord
     /// The user the connection's token was issued to.
@@ -48,47 +48,32 @@ struct DeviceSession {
     var store: any BeaconStore { messages.store }
     var username: String { user.username }
 
-    /// Runs until the device disconnects, is replaced by a new connection of the same device, or is kicked.
-    ///
-    /// The device counts as online from its registration, before `welcome` is written, until it is unregistered —
-    /// whatever ends the session, errors included. When it goes offline, the messages it was online for and that
-    /// no device of the user acknowledged have their pushes decided again.
-    func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+    /// The session begins (counted until `ended`).
+    func began() {
         switchboard.local.sessionBegan()
         messages.metrics.connects.increment()
         messages.metrics.connectedDevices.increment()
-        defer {
-            switchboard.local.sessionEnded()
-            messages.metrics.disconnects.increment()
-            messages.metrics.connectedDevices.decrement()
-        }
-        let outbox = DeviceOutbox(user: UserKey(app: app.id, username: username), deviceID: deviceID, limit: outboxLimit)
-        let result: Result<Void, any Error>
+    }
+
+    /// The device goes away (`wentAway`), bounded: a store that stopped answering must not hold the session, and a
+    /// graceful shutdown, for good. What is cut short is cancelled: cursors not written stay pending for the next flush,
+    /// and pushes not decided again are decided at the next start (`PushRouter.redecideOfflineSkips`).
+    func leave(_ outbox: DeviceOutbox) async {
         do {
-            if try await switchboard.register(outbox) {
-                try await runOnline(outbox: outbox, inbound: inbound, outbound: outbound)
-            } else {
-                // The device opened a later connection to another node, registered before this one: this one is stale.
-                try await write(.closing(reason: "replaced"), to: outbound)
-            }
-            result = .success(())
-        } catch {
-            result = .failure(error)
-        }
-        outbox.finish()
-        do {
-            // Bounded: a store that stopped answering must not hold the session (and a graceful shutdown) for good. What
-            // is cut short is cancelled: cursors not written stay pending for the next flush, and pushes not decided
-            // again are decided at the next start (`PushRouter.redecideOfflineSkips`).
             try await withTimeout(Self.cleanUpTimeout) { await wentAway(outbox) }
         } catch {
             logger.error("the end of a device session did not finish in time", metadata: ["error": "\(error)"])
         }
-        try result.get()
+    }
+
+    /// The session has ended, its device gone away.
+    func ended() {
+        switchboard.local.sessionEnded()
+        messages.metrics.disconnects.increment()
+        messages.metrics.connectedDevices.decrement()
     }
 
     /// After the connection: offline unless replaced, last seen now, pushes decided again for what it never acknowledged.
-    @inline(never)
     private func wentAway(_ outbox: DeviceOutbox) async {
         let wentOffline = await switchboard.unregister(outbox)
         do {
@@ -102,35 +87,25 @@ struct DeviceSession {
         if wentOffline { await messages.router?.deviceWentOffline(username, app: app) }
     }
 
-    private func runOnline(outbox: DeviceOutbox, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
-        guard let cursor = try await inChildTask({ try await greet(outbox: outbox, outbound: outbound) }) else { return }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await runWriter(outbox: outbox, outbound: outbound, from: cursor) }
-            defer { outbox.finish() }
-            try await runReader(inbound: inbound, outbox: outbox)
-        }
-    }
-
     /// The start of a registered session: `welcome` with the device's cursor, the read markers it missed, and a sync
     /// requested. Nil when the device was kicked meanwhile (told so).
-    @inline(never)
-    private func greet(outbox: DeviceOutbox, outbound: WebSocketOutboundWriter) async throws -> Int64? {
+    func greet(outbox: DeviceOutbox, socket: DeviceSocket) async throws -> Int64? {
         try await afterRegistered?(username, deviceID)
         // A kick or a deletion between the upgrade's authentication and the registration found no session to close.
         do {
             try await reauthenticate()
         } catch {
-            try await write(.closing(reason: "kicked"), to: outbound)
+            try await write(.closing(reason: "kicked"), to: socket)
             return nil
         }
         let cursor = try await cursors.cursor(of: user, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(user, device: deviceID, app: app.id, to: cursor)
-        try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: outbound)
+        try await write(.welcome(username: username, deviceID: deviceID, cursor: cursor), to: socket)
         // Read after registering: a marker that moves from here on also comes live (a repeat is harmless, versions tell).
         for marker in try await store.readMarkers(of: username, app: app.id, after: max(readsSince, 0), limit: ReadService.markersOnConnect)
         {
-            try await write(.read(ReadService.state(marker, badge: nil)), to: outbound)
+            try await write(.read(ReadService.state(marker, badge: nil)), to: socket)
         }
         outbox.requestSync()
         return cursor
@@ -138,35 +113,9 @@ struct DeviceSession {
 
     // MARK: Reading
 
-    // Memory: a connection spends its life suspended in the two loops below. A suspended async function keeps its whole
-    // frame (every local of everything inlined into it) in its task's allocator, and that allocator never gives back a
-    // slab it grew for a deep call (Swift's StackAllocator keeps emptied slabs until the task ends). So the work done per
-    // frame or per wake-up — storing, reading the store, writing JSON — runs in a short-lived child task of its own, in
-    // functions that are never inlined into the loops: an idle connection holds two small frames, not the high-water
-    // mark of everything it ever did.
-
-    private func runReader(inbound: WebSocketInboundStream, outbox: DeviceOutbox) async throws {
-        var acked: Int64 = 0
-        for try await message in inbound.messages(maxSize: Self.maxFrameBytes) {
-            let before = acked
-            acked = try await inChildTask { try await handle(message, outbox: outbox, acked: before) }
-        }
-    }
-
-    /// Runs `work` in a child task (cancelled with this one), whose allocator goes when it ends.
-    @inline(never)
-    private func inChildTask<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T.self) { group in
-            group.addTask(operation: work)
-            guard let result = try await group.next() else { throw CancellationError() }
-            return result
-        }
-    }
-
     /// One frame from the device; `acked` is the highest sequence number it acknowledged on this connection so far.
     /// Returns that number after this frame.
-    @inline(never)
-    private func handle(_ message: WebSocketMessage, outbox: DeviceOutbox, acked: Int64) async throws -> Int64 {
+    func handle(_ message: DeviceMessage, outbox: DeviceOutbox, acked: Int64) async throws -> Int64 {
         guard case .text(let text) = message else {
             answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
             return acked
@@ -301,25 +250,14 @@ struct DeviceSession {
 
     // MARK: Writing
 
-    private func runWriter(outbox: DeviceOutbox, outbound: WebSocketOutboundWriter, from cursor: Int64) async throws {
-        var delivered = cursor
-        outbox.noteSending(through: cursor)
-        for await _ in outbox.wakeups {
-            let from = delivered
-            guard let through = try await inChildTask({ try await drain(outbox, outbound, delivered: from) }) else { return }
-            delivered = through
-        }
-    }
-
     /// Writes what the outbox holds: answers, new messages (or what the store has after `delivered`, when there is a gap
     /// or a sync was asked for), online-only messages. Returns the last sequence number sent, nil when the connection
     /// was closed.
-    @inline(never)
-    private func drain(_ outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter, delivered: Int64) async throws -> Int64? {
+    func drain(_ outbox: DeviceOutbox, _ socket: DeviceSocket, delivered: Int64) async throws -> Int64? {
         var delivered = delivered
         let pending = outbox.take()
         for reply in pending.replies {
-            try await write(reply, to: outbound)
+            try await write(reply, to: socket)
         }
         // Messages go only to a session whose token still holds (checked as for a writing frame): a session of a deleted
         // user whose kick is late reads nothing of a new user of the name, from the store or live.
@@ -328,8 +266,8 @@ struct DeviceSession {
             reason = "kicked"
         }
         if let reason {
-            try await write(.closing(reason: reason), to: outbound)
-            try await outbound.close(.normalClosure, reason: reason)
+            try await write(.closing(reason: reason), to: socket)
+            await socket.close(.normalClosure, reason: reason)
             return nil
         }
         var mustFetch = pending.mustFetch
@@ -339,7 +277,7 @@ struct DeviceSession {
                     mustFetch = true  // a gap: an earlier append is still on its way; the store has it
                     break
                 }
-                try await deliver(entry, to: outbox, outbound)
+                try await deliver(entry, to: outbox, socket)
                 delivered = entry.seq
             }
         }
@@ -349,27 +287,27 @@ struct DeviceSession {
         }
         var fetched = 0
         if mustFetch {
-            (delivered, fetched) = try await fetch(after: delivered, to: outbox, outbound)
+            (delivered, fetched) = try await fetch(after: delivered, to: outbox, socket)
         }
         if pending.announceSynced {
             messages.metrics.syncCatchUp.record(fetched)
-            try await write(.synced(seq: delivered), to: outbound)
+            try await write(.synced(seq: delivered), to: socket)
         }
         for message in pending.onlineOnly {
-            try await write(.message(seq: nil, message: WireMessage(message)), to: outbound)
+            try await write(.message(seq: nil, message: WireMessage(message)), to: socket)
         }
         return delivered
     }
 
     /// Sends everything the store holds after `seq`; returns the last sequence number sent and how many messages were
     /// written.
-    private func fetch(after seq: Int64, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> (Int64, Int) {
+    private func fetch(after seq: Int64, to outbox: DeviceOutbox, _ socket: DeviceSocket) async throws -> (Int64, Int) {
         var delivered = seq
         var written = 0
         while true {
             let page = try await store.inbox(of: username, app: app.id, after: delivered, limit: Self.fetchPage)
             for entry in page {
-                if try await deliver(entry, to: outbox, outbound) { written += 1 }
+                if try await deliver(entry, to: outbox, socket) { written += 1 }
                 delivered = entry.seq
             }
             if page.count < Self.fetchPage { return (delivered, written) }
@@ -378,11 +316,11 @@ struct DeviceSession {
 
     /// Writes the entry to the device unless it came from this device; returns whether it was written.
     @discardableResult
-    private func deliver(_ entry: InboxEntry, to outbox: DeviceOutbox, _ outbound: WebSocketOutboundWriter) async throws -> Bool {
+    private func deliver(_ entry: InboxEntry, to outbox: DeviceOutbox, _ socket: DeviceSocket) async throws -> Bool {
         outbox.noteSending(through: entry.seq)
         // The device a message was sent from already has it.
         guard entry.originDevice != deviceID else { return false }
-        try await write(Self.frame(of: entry), to: outbound)
+        try await write(Self.frame(of: entry), to: socket)
         return true
     }
 
@@ -394,8 +332,8 @@ struct DeviceSession {
         return .message(seq: entry.seq, message: WireMessage(entry.message))
     }
 
-    private func write(_ frame: ServerFrame, to outbound: WebSocketOutboundWriter) async throws {
-        try await outbound.writeTextMessage(frame.json)
+    func write(_ frame: ServerFrame, to socket: DeviceSocket) async throws {
+        try await socket.writeText(frame.json)
     }
 }
 

@@ -65,7 +65,12 @@ final class ConnectionRegistry: PresenceRegistry {
             table[outbox.user, default: [:]].updateValue(outbox, forKey: outbox.deviceID)
         }
         replaced?.close(reason: "replaced")
+        // A device that connects while the server shuts down (after `disconnectEveryone`) is told to go at once.
+        if let reason = everyoneGoes.withLock({ $0 }) { outbox.close(reason: reason) }
     }
+
+    /// Set by `disconnectEveryone` (graceful shutdown): why every device goes.
+    private let everyoneGoes = Mutex<String?>(nil)
 
     /// Removes the connection if it is still the registered one for its device; true if it was.
     @discardableResult
@@ -147,10 +152,28 @@ final class ConnectionRegistry: PresenceRegistry {
 
     func sessionBegan() { sessions.add(1, ordering: .relaxed) }
     func sessionEnded() { sessions.subtract(1, ordering: .relaxed) }
+
+    /// The open device sockets, to close at shutdown those that did not close when told to.
+    private let sockets = Mutex<[ObjectIdentifier: DeviceSocket]>([:])
+
+    func socketOpened(_ socket: DeviceSocket, of connection: DeviceConnection) {
+        sockets.withLock { $0[ObjectIdentifier(connection)] = socket }
+    }
+
+    func socketClosed(of connection: DeviceConnection) {
+        sockets.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(connection)) }
+    }
+
+    /// Closes every device socket still open, without a word.
+    func closeEverySocket() {
+        for socket in sockets.withLock({ Array($0.values) }) { socket.channel.close(promise: nil) }
+    }
     /// Whether every device session has ended, cleanup included.
     var isIdle: Bool { sessions.load(ordering: .relaxed) == 0 }
 
+    /// Tells every device to go, and every device that registers from now on (graceful shutdown).
     func disconnectEveryone(reason: String) {
+        everyoneGoes.withLock { $0 = reason }
         let outboxes = connections.withLock { $0.values.flatMap(\.values) }
         for outbox in outboxes { outbox.close(reason: reason) }
     }
@@ -166,9 +189,8 @@ final class DeviceOutbox: Sendable {
     let connectionID = Int64.random(in: 1...Int64.max)
     /// When the device opened it: of two connections of one device on different nodes, the later wins.
     let opened = ContinuousClock.now
-    /// Wakes the writer; holds at most one pending wake-up.
-    let wakeups: AsyncStream<Void>
-    private let wake: AsyncStream<Void>.Continuation
+    /// Called whenever something is queued or asked for (`DeviceConnection` writes then); gone once finished.
+    private let listener = Mutex<(@Sendable () -> Void)?>(nil)
     private let state = Mutex(Pending())
     private let limit: Int
     /// The highest `seq` written (or about to be) to the device: it may acknowledge nothing beyond.
@@ -190,7 +212,15 @@ final class DeviceOutbox: Sendable {
         self.user = user
         self.deviceID = deviceID
         self.limit = limit
-        (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Sets what a wake-up calls.
+    func onWake(_ listener: @escaping @Sendable () -> Void) {
+        self.listener.withLock { $0 = listener }
+    }
+
+    private func wake() {
+        listener.withLock { $0 }?()
     }
 
     func enqueue(_ entries: [InboxEntry]) {
@@ -202,7 +232,7 @@ final class DeviceOutbox: Sendable {
                 pending.mustFetch = true
             }
         }
-        wake.yield()
+        wake()
     }
 
     func enqueueOnline(_ message: Message) {
@@ -211,7 +241,7 @@ final class DeviceOutbox: Sendable {
             pending.onlineOnly.append(message)
             if pending.onlineOnly.count > limit { pending.onlineOnly.removeFirst() }
         }
-        wake.yield()
+        wake()
     }
 
     /// Queues a direct answer (sent, error, pong). Returns false when the device has stopped reading them.
@@ -222,7 +252,7 @@ final class DeviceOutbox: Sendable {
             pending.replies.append(frame)
             return true
         }
-        wake.yield()
+        wake()
         return accepted
     }
 
@@ -232,7 +262,7 @@ final class DeviceOutbox: Sendable {
             pending.stored.removeAll()
             pending.mustFetch = true
         }
-        wake.yield()
+        wake()
     }
 
     /// Asks the writer to read everything after the device's position (or, `fromAcknowledged`, after what it
@@ -244,12 +274,12 @@ final class DeviceOutbox: Sendable {
             pending.fromAcknowledged = pending.fromAcknowledged || fromAcknowledged
             pending.announceSynced = true
         }
-        wake.yield()
+        wake()
     }
 
     func close(reason: String) {
         state.withLock { $0.closeReason = $0.closeReason ?? reason }
-        wake.yield()
+        wake()
     }
 
     /// Whether the connection was told to close (kicked, replaced, logged out, overloaded).
@@ -265,9 +295,9 @@ final class DeviceOutbox: Sendable {
         seq <= sentThrough.load(ordering: .relaxed)
     }
 
-    /// Ends the writer loop for good.
+    /// Wakes nobody any more.
     func finish() {
-        wake.finish()
+        listener.withLock { $0 = nil }
     }
 
     /// Takes everything pending.

@@ -5,7 +5,6 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdAuth
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOHTTPTypes
@@ -14,10 +13,11 @@ import Synchronization
 /// The context of every Beacon request, HTTP or WebSocket upgrade: Hummingbird's, the channel (for the peer's address,
 /// used to rate-limit logins, and to answer refused upgrades), and, under `/{org}/{app}`, the app and who calls
 /// (`Authentication.swift`).
-struct BeaconRequestContext: AuthRequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
+struct BeaconRequestContext: AuthRequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
-    let webSocket: WebSocketHandlerReference<Self>
     let channel: any Channel
+    /// Set for a WebSocket upgrade (`GatewayChannel`): where the upgrade's route leaves the connection it accepts.
+    var acceptedUpgrade: AcceptedUpgrade?
     /// The app the path names, set by `AppResolver` (read it as `app`).
     var pathApp: AppRecord?
     /// The caller, set by `SchemeAuthenticator` (read it as `caller`, `requireApp()`, `requireSelfOrApp(_:)`).
@@ -27,8 +27,17 @@ struct BeaconRequestContext: AuthRequestContext, WebSocketRequestContext, Remote
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        webSocket = .init()
         channel = source.channel
+    }
+}
+
+/// The device connection an upgrade request's route accepted (`GatewayChannel` runs it).
+final class AcceptedUpgrade: Sendable {
+    private let accepted = Mutex<DeviceConnection?>(nil)
+
+    var connection: DeviceConnection? {
+        get { accepted.withLock { $0 } }
+        set { accepted.withLock { $0 = newValue } }
     }
 }
 
@@ -114,9 +123,9 @@ final class RouteTable: Sendable {
     }
 }
 
-/// Hummingbird answers a refused WebSocket upgrade with an empty 400, and the SDK could not tell "log in again" (401)
-/// from a bug. The WebSocket router's `ErrorMiddleware` leaves its answer here, keyed by the connection, and
-/// `RefusedUpgradeWriter` writes it in place of the empty 400.
+/// The answers of refused WebSocket upgrades, so that the SDK can tell "log in again" (401) from a bug: NIO's upgrader
+/// only learns that an upgrade is refused, so the WebSocket router's `ErrorMiddleware` leaves its answer here, keyed by
+/// the connection, and `GatewayChannel` writes it.
 final class RefusedUpgrades: Sendable {
     private struct Answer {
         var status: Int
@@ -135,35 +144,5 @@ final class RefusedUpgrades: Sendable {
 
     func take(_ channel: any Channel) -> (status: Int, body: [UInt8])? {
         answers.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }.map { ($0.status, $0.body) }
-    }
-}
-
-/// On every HTTP/1 connection: replaces the empty 400 of a refused upgrade with the answer `RefusedUpgrades` holds.
-final class RefusedUpgradeWriter: ChannelDuplexHandler, RemovableChannelHandler, Sendable {
-    typealias InboundIn = HTTPRequestPart
-    typealias OutboundIn = HTTPResponsePart
-    typealias OutboundOut = HTTPResponsePart
-
-    let refused: RefusedUpgrades
-
-    init(refused: RefusedUpgrades) {
-        self.refused = refused
-    }
-
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .head(let head) = unwrapOutboundIn(data), head.status == .badRequest, let answer = refused.take(context.channel) {
-            var fields = head.headerFields
-            fields[.contentType] = "application/json; charset=utf-8"
-            fields[.contentLength] = String(answer.body.count)
-            context.write(wrapOutboundOut(.head(HTTPResponse(status: .init(code: answer.status), headerFields: fields))), promise: nil)
-            context.write(wrapOutboundOut(.body(ByteBuffer(bytes: answer.body))), promise: promise)
-            return
-        }
-        context.write(data, promise: promise)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        _ = refused.take(context.channel)
-        context.fireChannelInactive()
     }
 }

@@ -1,0 +1,189 @@
+import NIOCore
+import NIOWebSocket
+
+/// A message from a device: a text or binary WebSocket message, its fragments joined.
+enum DeviceMessage: Sendable {
+    case text(String)
+    case binary
+}
+
+/// A device's WebSocket, written from any task.
+struct DeviceSocket: Sendable {
+    let channel: any Channel
+
+    /// Writes one text message; returns once it is handed to the socket (so a device that stops reading holds its writer).
+    func writeText(_ text: String) async throws {
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: text))
+        try await channel.writeAndFlush(frame).get()
+    }
+
+    /// Starts the closing handshake: the connection ends when the device answers it, or after `closeTimeout`.
+    func close(_ code: WebSocketErrorCode, reason: String? = nil) async {
+        try? await channel.triggerUserOutboundEvent(DeviceSocketHandler.Close(code: code, reason: reason)).get()
+    }
+
+    /// Reads from the socket again after `DeviceSocketHandler` stopped because the session had too many messages queued.
+    func resumeReading() {
+        channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+    }
+}
+
+/// The WebSocket protocol of a device's connection, on its event loop: control frames answered here (ping, pong, close),
+/// data frames joined into messages for the connection, a ping every `pingInterval` and the connection closed when the
+/// device stops answering them. Neither it nor its connection holds a task while the device is idle.
+///
+/// (Hummingbird's WebSocket support runs each connection in a task of its own, with a task group and an auto-ping task,
+/// for the connection's whole life; their allocator slabs made most of an idle connection's memory.)
+final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    /// The outbound event that starts the closing handshake (`DeviceSocket.close`).
+    struct Close: Sendable {
+        var code: WebSocketErrorCode
+        var reason: String?
+    }
+
+    static let pingInterval = TimeAmount.seconds(30)
+    /// How long the device has to answer a close before the connection is closed anyway.
+    static let closeTimeout = TimeAmount.seconds(10)
+
+    private let connection: DeviceConnection
+    private let maxMessageBytes: Int
+    /// The fragments of a message still coming, and whether it is text.
+    private var fragments: (data: ByteBuffer, isText: Bool)?
+    private var closeSent = false
+    private var awaitingPong = false
+    private var pinger: RepeatedTask?
+    private var closeTimer: Scheduled<Void>?
+
+    init(connection: DeviceConnection, maxMessageBytes: Int) {
+        self.connection = connection
+        self.maxMessageBytes = maxMessageBytes
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        // Added by the upgrade, on an active channel.
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.pingInterval, delay: Self.pingInterval) { _ in
+            let (handler, context) = loopBound.value
+            handler.keepAlive(context: context)
+        }
+        connection.start(socket: DeviceSocket(channel: context.channel))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stopTimers()
+        connection.socketClosed()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        stopTimers()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .ping:
+            guard frame.fin else { return fail(.protocolError, context: context) }
+            guard !closeSent else { return }
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .pong:
+            awaitingPong = false
+        case .connectionClose:
+            receivedClose(frame, context: context)
+        case .text, .binary, .continuation:
+            guard frame.reservedBits.isEmpty else { return fail(.protocolError, context: context) }
+            receivedData(frame, context: context)
+        default:
+            fail(.protocolError, context: context)
+        }
+    }
+
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard let close = event as? Close else { return context.triggerUserOutboundEvent(event, promise: promise) }
+        sendClose(close.code, reason: close.reason, context: context)
+        promise?.succeed()
+    }
+
+    private func receivedData(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+        var data = frame.unmaskedData
+        var isText = frame.opcode == .text
+        if frame.opcode == .continuation {
+            guard var joined = fragments else { return fail(.protocolError, context: context) }
+            fragments = nil  // not to copy the buffer on append
+            guard joined.data.readableBytes + data.readableBytes <= maxMessageBytes else {
+                return fail(.messageTooLarge, context: context)
+            }
+            joined.data.writeBuffer(&data)
+            (data, isText) = joined
+        } else if fragments != nil {
+            return fail(.protocolError, context: context)  // a new message before the last one ended
+        }
+        guard frame.fin else {
+            fragments = (data, isText)
+            return
+        }
+        guard !closeSent else { return }
+        if connection.received(isText ? .text(String(buffer: data)) : .binary) == .pauseReading {
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
+    }
+
+    private func receivedClose(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+        guard !closeSent else {
+            context.close(promise: nil)  // the device's answer to ours
+            return
+        }
+        var data = frame.unmaskedData
+        let size = data.readableBytes
+        // As RFC 6455 section 7.4: codes this side does not know are answered `protocolError`, except the ones reserved
+        // for libraries (3000-3999) and applications (4000-4999).
+        let answer: WebSocketErrorCode
+        switch data.readWebSocketErrorCode() {
+        case .unknown(let code) where code < 3000 || code > 4999: answer = .protocolError
+        case nil where size > 0: answer = .protocolError
+        default: answer = .normalClosure
+        }
+        sendClose(answer, reason: nil, context: context)
+        context.close(promise: nil)
+    }
+
+    private func keepAlive(context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        guard !awaitingPong else {
+            sendClose(.goingAway, reason: "ping timeout", context: context)
+            context.close(promise: nil)
+            return
+        }
+        awaitingPong = true
+        context.writeAndFlush(
+            wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: context.channel.allocator.buffer(capacity: 0))), promise: nil)
+    }
+
+    /// Closes the connection for a protocol violation, telling the device why.
+    private func fail(_ code: WebSocketErrorCode, context: ChannelHandlerContext) {
+        sendClose(code, reason: nil, context: context)
+        context.close(promise: nil)
+    }
+
+    private func sendClose(_ code: WebSocketErrorCode, reason: String?, context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        closeSent = true
+        var data = context.channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
+        data.write(webSocketErrorCode: code)
+        if let reason { data.writeString(reason) }
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: nil)
+        let channel = context.channel
+        closeTimer = context.eventLoop.scheduleTask(in: Self.closeTimeout) { channel.close(promise: nil) }
+    }
+
+    private func stopTimers() {
+        pinger?.cancel()
+        pinger = nil
+        closeTimer?.cancel()
+        closeTimer = nil
+    }
+}
