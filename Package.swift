@@ -195,6 +195,9 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
+            // A bare TCP device that never answers (DeviceSocketTests), and the frames it is sent.
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
         ]),
         // The SDK's own promises, against a real server.
         .testTarget(name: "BeaconClientTests", dependencies: [

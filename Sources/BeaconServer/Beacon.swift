@@ -23,6 +23,9 @@ public struct BeaconHooks: Sendable {
     public var afterHeartbeat: (@Sendable () async -> Void)?
     /// Recipients a message's route decides and records at a time (`PushRouter.partSize`); tests make it small.
     public var routePartSize = 1000
+    /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
+    /// short.
+    public var webSocketPingInterval: Duration = .seconds(30)
 
     public init() {}
 }
@@ -256,7 +259,10 @@ public struct BeaconServer: Sendable {
         return Application(
             router: router,
             server: HTTPServerBuilder { responder in
-                GatewayChannel(responder: responder, maxMessageBytes: DeviceSession.maxFrameBytes, refused: refusedUpgrades) {
+                GatewayChannel(
+                    responder: responder, maxMessageBytes: DeviceSession.maxFrameBytes, pingInterval: hooks.webSocketPingInterval,
+                    refused: refusedUpgrades
+                ) {
                     head, channel, logger in
                     var logger = logger
                     logger[metadataKey: "hb.request.id"] = .stringConvertible(RequestID())

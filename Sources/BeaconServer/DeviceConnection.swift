@@ -3,8 +3,8 @@ import Synchronization
 
 /// One device's connection after the upgrade, driven by its socket (`DeviceSocketHandler`) and its outbox: the session
 /// started, the device's messages handled one at a time in the order they came, the outbox written whenever it wakes,
-/// and the end cleaned up. Each of these runs in a task that lives only while it has work, so an idle connection holds
-/// no task, and none of the allocator slabs a task keeps until it ends.
+/// and the end cleaned up. Each of these runs in a task that lives only while it has work, and nothing keeps a handle on
+/// it (a task's allocator slabs stay until the task object goes), so an idle connection holds no task.
 ///
 /// The device counts as online from its registration, before `welcome` is written, until it is unregistered after the
 /// socket closed — whatever ended it, errors included — once the work it started has finished.
@@ -37,12 +37,12 @@ final class DeviceConnection: Sendable {
         var acked: Int64 = 0
         /// The last sequence number written (or skipped as the device's own).
         var delivered: Int64 = 0
-        /// The latest tasks started for this connection (earlier ones have returned), for its end to wait for.
-        var starting: Task<Void, Never>?
-        var reader: Task<Void, Never>?
-        var writer: Task<Void, Never>?
+        /// Tasks running for this connection (its start, reader, writer): its end waits for them.
+        var busy = 0
         /// The socket closed.
         var ended = false
+        /// The end (`leave`, then `DeviceSession.ended`) has been started.
+        var ending = false
         /// The device went away (`DeviceSession.leave`).
         var left = false
     }
@@ -59,7 +59,39 @@ final class DeviceConnection: Sendable {
         session.switchboard.local.socketOpened(socket, of: self)
         state.withLock { state in
             state.socket = socket
-            state.starting = Task { await self.begin(socket) }
+            run(&state) { await self.begin(socket) }
+        }
+    }
+
+    /// Runs `work` in a task of its own, counted as busy until it returns.
+    private func run(_ state: inout State, _ work: @escaping @Sendable () async -> Void) {
+        state.busy += 1
+        Task {
+            await work()
+            finished()
+        }
+    }
+
+    private func finished() {
+        let end = state.withLock { state in
+            state.busy -= 1
+            return mayEnd(&state)
+        }
+        if end { self.end() }
+    }
+
+    /// Whether the end is to start now: the socket closed, and nothing runs any more.
+    private func mayEnd(_ state: inout State) -> Bool {
+        guard state.ended, state.busy == 0, !state.ending else { return false }
+        state.ending = true
+        return true
+    }
+
+    /// The device goes away (if it has not yet) and the session ends.
+    private func end() {
+        Task {
+            await leave()
+            session.ended()
         }
     }
 
@@ -102,7 +134,7 @@ final class DeviceConnection: Sendable {
     private func startReader(_ state: inout State) {
         guard state.online, !state.stopped, !state.readerRunning, !state.inbound.isEmpty, let socket = state.socket else { return }
         state.readerRunning = true
-        state.reader = Task { await self.read(socket) }
+        run(&state) { await self.read(socket) }
     }
 
     /// Handles the queued messages one at a time, until none is left.
@@ -139,7 +171,7 @@ final class DeviceConnection: Sendable {
     private func startWriter(_ state: inout State) {
         guard state.online, !state.stopped, !state.writerRunning, state.writerWoken, let socket = state.socket else { return }
         state.writerRunning = true
-        state.writer = Task { await self.write(socket) }
+        run(&state) { await self.write(socket) }
     }
 
     /// Writes what the outbox holds, again as long as it woke meanwhile.
@@ -190,20 +222,16 @@ final class DeviceConnection: Sendable {
     /// The socket closed (on its event loop): once the work started for the connection has finished, the device goes
     /// offline.
     func socketClosed() {
-        let tasks = state.withLock { state -> [Task<Void, Never>]? in
+        let end = state.withLock { state -> Bool? in
             guard !state.ended else { return nil }
             state.ended = true
             state.stopped = true
             state.inbound.removeAll()
-            return [state.starting, state.reader, state.writer].compactMap { $0 }
+            return mayEnd(&state)
         }
-        guard let tasks else { return }
+        guard let end else { return }
         session.switchboard.local.socketClosed(of: self)
         outbox.finish()
-        Task {
-            for task in tasks { await task.value }
-            await leave()
-            session.ended()
-        }
+        if end { self.end() }
     }
 }

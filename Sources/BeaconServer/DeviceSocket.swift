@@ -10,11 +10,18 @@ enum DeviceMessage: Sendable {
 /// A device's WebSocket, written from any task.
 struct DeviceSocket: Sendable {
     let channel: any Channel
+    /// The largest frame written: a longer message goes in several.
+    let maxFrameBytes: Int
 
     /// Writes one text message; returns once it is handed to the socket (so a device that stops reading holds its writer).
     func writeText(_ text: String) async throws {
-        let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: text))
-        try await channel.writeAndFlush(frame).get()
+        var data = channel.allocator.buffer(string: text)
+        var opcode = WebSocketOpcode.text
+        while data.readableBytes > maxFrameBytes, let part = data.readSlice(length: maxFrameBytes) {
+            channel.write(WebSocketFrame(fin: false, opcode: opcode, data: part), promise: nil)
+            opcode = .continuation
+        }
+        try await channel.writeAndFlush(WebSocketFrame(fin: true, opcode: opcode, data: data)).get()
     }
 
     /// Starts the closing handshake: the connection ends when the device answers it, or after `closeTimeout`.
@@ -45,12 +52,13 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var reason: String?
     }
 
-    static let pingInterval = TimeAmount.seconds(30)
     /// How long the device has to answer a close before the connection is closed anyway.
     static let closeTimeout = TimeAmount.seconds(10)
 
     private let connection: DeviceConnection
     private let maxMessageBytes: Int
+    /// How often the device is pinged; one that has not answered a ping by the next is cut off.
+    private let pingInterval: TimeAmount
     /// The fragments of a message still coming, and whether it is text.
     private var fragments: (data: ByteBuffer, isText: Bool)?
     private var closeSent = false
@@ -58,19 +66,24 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var pinger: RepeatedTask?
     private var closeTimer: Scheduled<Void>?
 
-    init(connection: DeviceConnection, maxMessageBytes: Int) {
+    init(connection: DeviceConnection, maxMessageBytes: Int, pingInterval: Duration) {
         self.connection = connection
         self.maxMessageBytes = maxMessageBytes
+        self.pingInterval = TimeAmount(pingInterval)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        // Added by the upgrade, on an active channel.
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.pingInterval, delay: Self.pingInterval) { _ in
+        pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: pingInterval, delay: pingInterval) { _ in
             let (handler, context) = loopBound.value
             handler.keepAlive(context: context)
         }
-        connection.start(socket: DeviceSocket(channel: context.channel))
+        connection.start(socket: DeviceSocket(channel: context.channel, maxFrameBytes: maxMessageBytes))
+        // Added by the upgrade; a connection that closed meanwhile sees no `channelInactive` here.
+        if !context.channel.isActive {
+            stopTimers()
+            connection.socketClosed()
+        }
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -34,15 +34,17 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
     let upgrade: @Sendable (HTTPRequest, any Channel, Logger) async -> DeviceConnection?
     let refused: RefusedUpgrades
     let maxMessageBytes: Int
+    let pingInterval: Duration
     /// Hummingbird's defaults.
     let http1 = HTTP1Channel.Configuration()
 
     init(
-        responder: @escaping HTTPChannelHandler.Responder, maxMessageBytes: Int, refused: RefusedUpgrades,
+        responder: @escaping HTTPChannelHandler.Responder, maxMessageBytes: Int, pingInterval: Duration, refused: RefusedUpgrades,
         upgrade: @escaping @Sendable (HTTPRequest, any Channel, Logger) async -> DeviceConnection?
     ) {
         self.responder = Self.redirectingLateUpgrades(responder)
         self.maxMessageBytes = maxMessageBytes
+        self.pingInterval = pingInterval
         self.refused = refused
         self.upgrade = upgrade
     }
@@ -68,7 +70,7 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
                     channel.eventLoop.makeCompletedFuture {
                         guard let connection = accepted.withLockedValue({ $0 }) else { throw ChannelError.inappropriateOperationForState }
                         try channel.pipeline.syncOperations.addHandler(
-                            DeviceSocketHandler(connection: connection, maxMessageBytes: maxMessageBytes))
+                            DeviceSocketHandler(connection: connection, maxMessageBytes: maxMessageBytes, pingInterval: pingInterval))
                         return .webSocket
                     }
                 }
