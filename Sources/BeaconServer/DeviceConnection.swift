@@ -6,8 +6,9 @@ import Synchronization
 /// and the end cleaned up. Each of these runs in a task that lives only while it has work, and nothing keeps a handle on
 /// it (a task's allocator slabs stay until the task object goes), so an idle connection holds no task.
 ///
-/// The device counts as online from its registration, before `welcome` is written, until it is unregistered after the
-/// socket closed — whatever ended it, errors included — once the work it started has finished.
+/// The device counts as online from its registration, before `welcome` is written, until it is unregistered — whatever
+/// ends the connection, errors included, and once the work it started has finished: before the socket closes when the
+/// session ends itself or the device sends its close, after it when the connection drops.
 final class DeviceConnection: Sendable {
     let session: DeviceSession
     let outbox: DeviceOutbox
@@ -41,6 +42,10 @@ final class DeviceConnection: Sendable {
         var busy = 0
         /// The socket closed.
         var ended = false
+        /// The device sent its close: the socket closes once the device has gone away.
+        var closeReceived = false
+        /// How to answer it (nil: it answered the session's own).
+        var closeAnswer: WebSocketErrorCode?
         /// The end (`leave`, then `DeviceSession.ended`) has been started.
         var ending = false
         /// The device went away (`DeviceSession.leave`).
@@ -80,18 +85,23 @@ final class DeviceConnection: Sendable {
         if end { self.end() }
     }
 
-    /// Whether the end is to start now: the socket closed, and nothing runs any more.
+    /// Whether the end is to start now: the socket closed or the device closed it, and nothing runs any more.
     private func mayEnd(_ state: inout State) -> Bool {
-        guard state.ended, state.busy == 0, !state.ending else { return false }
+        guard state.ended || state.closeReceived, state.busy == 0, !state.ending else { return false }
         state.ending = true
         return true
     }
 
-    /// The device goes away (if it has not yet) and the session ends.
+    /// The device goes away (if it has not yet), the session ends, then the device's close is answered and the socket
+    /// closes: a device whose close was answered is offline.
     private func end() {
         Task {
             await leave()
             session.ended()
+            let (socket, answer) = state.withLock { ($0.socket, $0.closeAnswer) }
+            guard let socket else { return }
+            if let answer { await socket.close(answer) }
+            socket.channel.close(promise: nil)
         }
     }
 
@@ -217,6 +227,19 @@ final class DeviceConnection: Sendable {
             return !state.left
         }
         if first { await session.leave(outbox) }
+    }
+
+    /// The device sent its close frame (on the socket's event loop), to be answered with `answer` (nil when it answers the
+    /// session's own): nothing more is handled or written, and the close is answered once the device has gone away (`end`).
+    func closeReceived(answer: WebSocketErrorCode?) {
+        let end = state.withLock { state in
+            state.closeReceived = true
+            state.closeAnswer = answer
+            state.stopped = true
+            state.inbound.removeAll()
+            return mayEnd(&state)
+        }
+        if end { self.end() }
     }
 
     /// The socket closed (on its event loop): once the work started for the connection has finished, the device goes

@@ -62,6 +62,8 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The fragments of a message still coming, and whether it is text.
     private var fragments: (data: ByteBuffer, isText: Bool)?
     private var closeSent = false
+    /// The device sent its close: nothing it sends after counts.
+    private var closeReceived = false
     private var awaitingPong = false
     private var pinger: RepeatedTask?
     private var closeTimer: Scheduled<Void>?
@@ -139,17 +141,18 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             fragments = (data, isText)
             return
         }
-        guard !closeSent else { return }
+        guard !closeSent, !closeReceived else { return }
         if connection.received(isText ? .text(String(buffer: data)) : .binary) == .pauseReading {
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
     }
 
+    /// A close from the device. The connection answers it (unless it answers ours) once the session has ended, then
+    /// closes: a device whose close was answered is offline. The connection closes after `closeTimeout` in any case.
     private func receivedClose(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
-        guard !closeSent else {
-            context.close(promise: nil)  // the device's answer to ours
-            return
-        }
+        guard !closeReceived else { return }
+        closeReceived = true
+        guard !closeSent else { return connection.closeReceived(answer: nil) }
         var data = frame.unmaskedData
         let size = data.readableBytes
         // As RFC 6455 section 7.4: codes this side does not know are answered `protocolError`, except the ones reserved
@@ -160,12 +163,13 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case nil where size > 0: answer = .protocolError
         default: answer = .normalClosure
         }
-        sendClose(answer, reason: nil, context: context)
-        context.close(promise: nil)
+        let channel = context.channel
+        closeTimer = context.eventLoop.scheduleTask(in: Self.closeTimeout) { channel.close(promise: nil) }
+        connection.closeReceived(answer: answer)
     }
 
     private func keepAlive(context: ChannelHandlerContext) {
-        guard !closeSent else { return }
+        guard !closeSent, !closeReceived else { return }
         guard !awaitingPong else {
             sendClose(.goingAway, reason: "ping timeout", context: context)
             context.close(promise: nil)
@@ -185,6 +189,7 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func sendClose(_ code: WebSocketErrorCode, reason: String?, context: ChannelHandlerContext) {
         guard !closeSent else { return }
         closeSent = true
+        closeTimer?.cancel()
         var data = context.channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
         data.write(webSocketErrorCode: code)
         if let reason { data.writeString(reason) }

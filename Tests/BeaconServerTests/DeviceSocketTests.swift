@@ -125,6 +125,31 @@ import Testing
     }
 }
 
+/// A device's close is answered once it has gone offline (its presence row removed), however slow the database.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["BEACON_TEST_POSTGRES_URL"] != nil, "needs BEACON_TEST_POSTGRES_URL"))
+struct DeviceCloseTests {
+    @Test func aDeviceIsOfflineOnceItsCloseIsAnswered() async throws {
+        let removals = Locked(0)
+        var hooks = BeaconHooks()
+        hooks.beforePresenceRemoval = { _, device in
+            guard device == "phone" else { return }
+            // A slow database: the device's close must not be answered before its presence is gone.
+            try await Task.sleep(for: .milliseconds(300))
+            removals.withLock { $0 += 1 }
+        }
+        try await TestBeacon.runNodes(1, hooks: hooks) { nodes in
+            let beacon = nodes[0]
+            try await beacon.createUsers("alice")
+            for round in 1...3 {
+                let device = try await RawDevice.connect(beacon, "alice", device: "phone")
+                try await device.close()
+                #expect(removals.withLock { $0 } == round)
+                #expect(try await beacon.presence.onlineDevices(of: ["alice"], app: 1).isEmpty, "round \(round)")
+            }
+        }
+    }
+}
+
 /// Writes frames on a fresh device connection of alice, then collects what the server answers until a `sent` or an
 /// `error` (at most 20 s).
 private func exchange(
