@@ -90,7 +90,7 @@ public final class RawDevice: Sendable {
 
     /// Closes the connection (a clean close) and waits until it is gone: at most 30 s, after which the connection is
     /// cancelled and `TestFailure` thrown (a connection that does not end is a bug to see, not a run to hang; seen once in
-    /// CI). The server may take up to 25 s to end a failed session: 10 s for its clean-up, 15 s for the close handshake.
+    /// CI). The server may take up to 20 s to end a failed session: 10 s for its clean-up, 10 s for the close handshake.
     public func close() async throws {
         outgoing.finish()
         // Waiting for another task cannot be cancelled, and a connection may ignore cancellation: the first of the two
