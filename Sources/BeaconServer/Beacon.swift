@@ -270,7 +270,10 @@ public struct BeaconServer: Sendable {
                     let accepted = AcceptedUpgrade()
                     context.acceptedUpgrade = accepted
                     let response = try? await upgrades.respond(to: Request(head: head, body: .init(buffer: ByteBuffer())), context: context)
-                    return response?.status == .ok ? accepted.connection : nil
+                    // Taken out: the connection's session holds the context, which holds `accepted` (no cycle left behind).
+                    let connection = accepted.connection
+                    accepted.connection = nil
+                    return response?.status == .ok ? connection : nil
                 }
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "beacon"),
@@ -317,10 +320,10 @@ struct ShutdownNotice: Service {
             return
         }
         registry.disconnectEveryone(reason: "shutdown")
-        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides. A device
-        // that did not go when told (its socket neither answered nor closed) is cut off, and given as long again.
+        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides. Then the
+        // connections still open (a device that did not go when told, a close handshake not over) are closed, and their
+        // sessions given as long again.
         await waitForEveryone(upTo: timeout)
-        guard !registry.isIdle else { return }
         registry.closeEverySocket()
         await waitForEveryone(upTo: timeout)
     }

@@ -3,12 +3,13 @@ import Synchronization
 
 /// One device's connection after the upgrade, driven by its socket (`DeviceSocketHandler`) and its outbox: the session
 /// started, the device's messages handled one at a time in the order they came, the outbox written whenever it wakes,
-/// and the end cleaned up. Each of these runs in a task that lives only while it has work, and nothing keeps a handle on
-/// it (a task's allocator slabs stay until the task object goes), so an idle connection holds no task.
+/// and the end. Each of these runs in a task that lives only while it has work, and nothing keeps a handle on it (a
+/// task's allocator slabs stay until the task object goes), so an idle connection holds no task.
 ///
-/// The device counts as online from its registration, before `welcome` is written, until it is unregistered — whatever
-/// ends the connection, errors included, and once the work it started has finished: before the socket closes when the
-/// session ends itself or the device sends its close, after it when the connection drops.
+/// The connection ends when the session stops itself (told to close, or failed), when the device sends its close, or
+/// when the socket closes. The end waits until nothing runs any more — the messages the device sent before its close
+/// are handled — then the device goes offline, and only then is the close sent or answered: a device whose close was
+/// answered, or that was told to close, is offline.
 final class DeviceConnection: Sendable {
     let session: DeviceSession
     let outbox: DeviceOutbox
@@ -26,8 +27,6 @@ final class DeviceConnection: Sendable {
         var socket: DeviceSocket?
         /// Welcomed: messages are handled and the outbox written from now on.
         var online = false
-        /// A reason to handle and write nothing more: the socket closed, the session failed, or it was told to close.
-        var stopped = false
         var inbound: [DeviceMessage] = []
         var readingPaused = false
         var readerRunning = false
@@ -40,16 +39,21 @@ final class DeviceConnection: Sendable {
         var delivered: Int64 = 0
         /// Tasks running for this connection (its start, reader, writer): its end waits for them.
         var busy = 0
+        /// The session stopped itself: nothing more is handled or written, and the socket is closed with this code and
+        /// reason once the device has gone away.
+        var stop: (code: WebSocketErrorCode, reason: String?)?
+        /// The connection closes from the socket's side: the device sent its close, to be answered with this code once it
+        /// has gone away; or nil: the socket is closing already (the device broke the protocol or stopped answering pings).
+        var socketClosing: WebSocketErrorCode??
         /// The socket closed.
-        var ended = false
-        /// The device sent its close: the socket closes once the device has gone away.
-        var closeReceived = false
-        /// How to answer it (nil: it answered the session's own).
-        var closeAnswer: WebSocketErrorCode?
-        /// The end (`leave`, then `DeviceSession.ended`) has been started.
+        var socketClosed = false
+        /// The end has started.
         var ending = false
-        /// The device went away (`DeviceSession.leave`).
-        var left = false
+
+        /// Whether messages are handled: not when the session stopped itself (those queued then are dropped).
+        var handling: Bool { stop == nil }
+        /// Whether the outbox is written: not once the connection ends, whoever ends it.
+        var writing: Bool { stop == nil && socketClosing == nil && !socketClosed }
     }
 
     init(session: DeviceSession) {
@@ -58,8 +62,9 @@ final class DeviceConnection: Sendable {
             user: UserKey(app: session.app.id, username: session.username), deviceID: session.deviceID, limit: session.outboxLimit)
     }
 
-    /// The upgrade is done: registers the device and greets it.
+    /// The upgrade is done (on the socket's event loop): registers the device and greets it.
     func start(socket: DeviceSocket) {
+        session.began()
         outbox.onWake { [weak self] in self?.wake() }
         session.switchboard.local.socketOpened(socket, of: self)
         state.withLock { state in
@@ -68,12 +73,13 @@ final class DeviceConnection: Sendable {
         }
     }
 
-    /// Runs `work` in a task of its own, counted as busy until it returns.
+    /// Runs `work` in a task of its own, counted as busy until it returns. Detached: it inherits nothing from whatever
+    /// woke it (a request's or a service's task-local values, such as a service's graceful shutdown).
     private func run(_ state: inout State, _ work: @escaping @Sendable () async -> Void) {
         state.busy += 1
-        Task {
+        Task.detached {
             await work()
-            finished()
+            self.finished()
         }
     }
 
@@ -85,37 +91,45 @@ final class DeviceConnection: Sendable {
         if end { self.end() }
     }
 
-    /// Whether the end is to start now: the socket closed or the device closed it, and nothing runs any more.
+    /// Whether the end is to start now: the connection is ending, and nothing runs any more.
     private func mayEnd(_ state: inout State) -> Bool {
-        guard state.ended || state.closeReceived, state.busy == 0, !state.ending else { return false }
+        guard state.stop != nil || state.socketClosing != nil || state.socketClosed, state.busy == 0, !state.ending else {
+            return false
+        }
         state.ending = true
         return true
     }
 
-    /// The device goes away (if it has not yet), the session ends, then the device's close is answered and the socket
-    /// closes: a device whose close was answered is offline.
+    /// The device goes away and the session ends; then the device's close is answered and the socket closed, or the
+    /// session's close is sent (the socket closes when the device answers it, or after `DeviceSocketHandler.closeTimeout`).
     private func end() {
-        Task {
-            await leave()
-            session.ended()
-            let (socket, answer) = state.withLock { ($0.socket, $0.closeAnswer) }
+        Task.detached {
+            await self.session.leave(self.outbox)
+            self.session.ended()
+            let (socket, stop, socketClosing) = self.state.withLock { ($0.socket, $0.stop, $0.socketClosing) }
             guard let socket else { return }
-            if let answer { await socket.close(answer) }
-            socket.channel.close(promise: nil)
+            if let socketClosing {
+                if let answer = socketClosing {
+                    await socket.close(answer)
+                    socket.channel.close(promise: nil)
+                }
+            } else if let stop {
+                await socket.close(stop.code, reason: stop.reason)
+            }
         }
     }
 
     private func begin(_ socket: DeviceSocket) async {
-        session.began()
         do {
+            guard state.withLock({ $0.writing }) else { return }
             guard try await session.switchboard.register(outbox) else {
                 // The device opened a later connection to another node, registered before this one: this one is stale.
                 try await session.write(.closing(reason: "replaced"), to: socket)
-                return await stop(socket, .normalClosure)
+                return stop(.normalClosure)
             }
-            guard !state.withLock({ $0.stopped }), let cursor = try await session.greet(outbox: outbox, socket: socket) else {
-                return await stop(socket, .normalClosure)
-            }
+            guard state.withLock({ $0.writing }) else { return }
+            guard let cursor = try await session.greet(outbox: outbox, socket: socket) else { return stop(.normalClosure) }
+            socket.flush()
             state.withLock { state in
                 state.online = true
                 state.delivered = cursor
@@ -125,14 +139,14 @@ final class DeviceConnection: Sendable {
                 startWriter(&state)
             }
         } catch {
-            await stop(socket, .unexpectedServerError)
+            stop(.unexpectedServerError)
         }
     }
 
     /// A message from the device (on the socket's event loop).
     func received(_ message: DeviceMessage) -> ReadingAdvice {
         state.withLock { state in
-            guard !state.stopped else { return .keepReading }
+            guard state.writing else { return .keepReading }
             state.inbound.append(message)
             startReader(&state)
             guard state.inbound.count >= Self.inboundLimit else { return .keepReading }
@@ -142,7 +156,7 @@ final class DeviceConnection: Sendable {
     }
 
     private func startReader(_ state: inout State) {
-        guard state.online, !state.stopped, !state.readerRunning, !state.inbound.isEmpty, let socket = state.socket else { return }
+        guard state.online, state.handling, !state.readerRunning, !state.inbound.isEmpty, let socket = state.socket else { return }
         state.readerRunning = true
         run(&state) { await self.read(socket) }
     }
@@ -151,7 +165,7 @@ final class DeviceConnection: Sendable {
     private func read(_ socket: DeviceSocket) async {
         while true {
             let next = state.withLock { state -> (DeviceMessage, Int64, resume: Bool)? in
-                guard !state.stopped, !state.inbound.isEmpty else {
+                guard state.handling, !state.inbound.isEmpty else {
                     state.readerRunning = false
                     return nil
                 }
@@ -166,7 +180,7 @@ final class DeviceConnection: Sendable {
                 let nowAcked = try await session.handle(message, outbox: outbox, acked: acked)
                 state.withLock { $0.acked = nowAcked }
             } catch {
-                return await stop(socket, .unexpectedServerError)
+                return stop(.unexpectedServerError)
             }
         }
     }
@@ -179,7 +193,7 @@ final class DeviceConnection: Sendable {
     }
 
     private func startWriter(_ state: inout State) {
-        guard state.online, !state.stopped, !state.writerRunning, state.writerWoken, let socket = state.socket else { return }
+        guard state.online, state.writing, !state.writerRunning, state.writerWoken, let socket = state.socket else { return }
         state.writerRunning = true
         run(&state) { await self.write(socket) }
     }
@@ -188,7 +202,7 @@ final class DeviceConnection: Sendable {
     private func write(_ socket: DeviceSocket) async {
         while true {
             let delivered = state.withLock { state -> Int64? in
-                guard !state.stopped, state.writerWoken else {
+                guard state.writing, state.writerWoken else {
                     state.writerRunning = false
                     return nil
                 }
@@ -197,59 +211,49 @@ final class DeviceConnection: Sendable {
             }
             guard let delivered else { return }
             do {
-                guard let through = try await session.drain(outbox, socket, delivered: delivered) else {
-                    return await stop(socket, nil)  // told to close, and closed
+                switch try await session.drain(outbox, socket, delivered: delivered) {
+                case .delivered(let through):
+                    socket.flush()
+                    state.withLock { $0.delivered = through }
+                case .closing(let reason):
+                    socket.flush()
+                    return stop(.normalClosure, reason: reason)
                 }
-                state.withLock { $0.delivered = through }
             } catch {
-                return await stop(socket, .unexpectedServerError)
+                return stop(.unexpectedServerError)
             }
         }
     }
 
-    /// The session ends itself: handles and writes nothing more, the device goes away, then the socket is closed with
-    /// `code` (nil: it is closing already).
-    private func stop(_ socket: DeviceSocket, _ code: WebSocketErrorCode?) async {
-        state.withLock { state in
-            state.stopped = true
+    /// The session stops itself: nothing more is handled or written; the socket is closed with `code` once the device
+    /// has gone away (`end`).
+    private func stop(_ code: WebSocketErrorCode, reason: String? = nil) {
+        let resume = state.withLock { state in
+            if state.stop == nil { state.stop = (code, reason) }
             state.inbound.removeAll()
-            state.readerRunning = false
-            state.writerRunning = false
+            defer { state.readingPaused = false }
+            return state.readingPaused ? state.socket : nil
         }
-        await leave()
-        if let code { await socket.close(code) }
+        // Reading again: the device's answer to the close must get through.
+        resume?.resumeReading()
     }
 
-    /// The device goes away, once.
-    private func leave() async {
-        let first = state.withLock { state in
-            defer { state.left = true }
-            return !state.left
-        }
-        if first { await session.leave(outbox) }
-    }
-
-    /// The device sent its close frame (on the socket's event loop), to be answered with `answer` (nil when it answers the
-    /// session's own): nothing more is handled or written, and the close is answered once the device has gone away (`end`).
-    func closeReceived(answer: WebSocketErrorCode?) {
+    /// The connection closes from the socket's side (on its event loop): the device sent its close, to be answered with
+    /// `answer`, or the socket is closing already (nil). Nothing more is written, what the device sent before is still
+    /// handled, and the close is answered once the device has gone away (`end`).
+    func closing(answer: WebSocketErrorCode?) {
         let end = state.withLock { state in
-            state.closeReceived = true
-            state.closeAnswer = answer
-            state.stopped = true
-            state.inbound.removeAll()
+            if state.socketClosing == nil { state.socketClosing = .some(answer) }
             return mayEnd(&state)
         }
         if end { self.end() }
     }
 
-    /// The socket closed (on its event loop): once the work started for the connection has finished, the device goes
-    /// offline.
+    /// The socket closed (on its event loop): what the device sent before is still handled, then the device goes offline.
     func socketClosed() {
         let end = state.withLock { state -> Bool? in
-            guard !state.ended else { return nil }
-            state.ended = true
-            state.stopped = true
-            state.inbound.removeAll()
+            guard !state.socketClosed else { return nil }
+            state.socketClosed = true
             return mayEnd(&state)
         }
         guard let end else { return }

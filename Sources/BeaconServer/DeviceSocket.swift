@@ -13,7 +13,8 @@ struct DeviceSocket: Sendable {
     /// The largest frame written: a longer message goes in several.
     let maxFrameBytes: Int
 
-    /// Writes one text message; returns once it is handed to the socket (so a device that stops reading holds its writer).
+    /// Queues one text message, sent at the next `flush` (or sooner); waits only while the socket's buffer is full, so
+    /// that a device that stops reading holds its writer, and throws once the socket is closed.
     func writeText(_ text: String) async throws {
         var data = channel.allocator.buffer(string: text)
         var opcode = WebSocketOpcode.text
@@ -21,7 +22,14 @@ struct DeviceSocket: Sendable {
             channel.write(WebSocketFrame(fin: false, opcode: opcode, data: part), promise: nil)
             opcode = .continuation
         }
-        try await channel.writeAndFlush(WebSocketFrame(fin: true, opcode: opcode, data: data)).get()
+        let last = WebSocketFrame(fin: true, opcode: opcode, data: data)
+        guard channel.isWritable else { return try await channel.writeAndFlush(last).get() }
+        channel.write(last, promise: nil)
+    }
+
+    /// Sends what `writeText` queued.
+    func flush() {
+        channel.flush()
     }
 
     /// Starts the closing handshake: the connection ends when the device answers it, or after `closeTimeout`.
@@ -64,14 +72,19 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var closeSent = false
     /// The device sent its close: nothing it sends after counts.
     private var closeReceived = false
-    private var awaitingPong = false
+    /// The payload of the last ping sent, until the device answers it (only its own answer counts, not any pong).
+    private var awaitedPong: UInt64?
+    private var pingsSent: UInt64 = 0
+    /// A ping from the device not answered yet because the socket's buffer was full: only the latest is answered.
+    private var pendingPong: ByteBuffer?
     private var pinger: RepeatedTask?
     private var closeTimer: Scheduled<Void>?
 
     init(connection: DeviceConnection, maxMessageBytes: Int, pingInterval: Duration) {
         self.connection = connection
         self.maxMessageBytes = maxMessageBytes
-        self.pingInterval = TimeAmount(pingInterval)
+        // Bounded, so that the conversion cannot overflow nor the timer spin.
+        self.pingInterval = TimeAmount(max(.milliseconds(10), min(pingInterval, .seconds(3600))))
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -100,21 +113,43 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        guard frame.reservedBits.isEmpty else { return fail(.protocolError, context: context) }
         switch frame.opcode {
         case .ping:
             guard frame.fin else { return fail(.protocolError, context: context) }
-            guard !closeSent else { return }
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+            guard !closeSent, !closeReceived else { return }
+            // A device that sends pings without reading the answers must not fill the server's memory with them.
+            pendingPong = frame.unmaskedData
+            if context.channel.isWritable { answerPing(context: context) }
         case .pong:
-            awaitingPong = false
+            var data = frame.unmaskedData
+            if let awaited = awaitedPong, data.readableBytes == 8, data.readInteger(as: UInt64.self) == awaited { awaitedPong = nil }
         case .connectionClose:
             receivedClose(frame, context: context)
         case .text, .binary, .continuation:
-            guard frame.reservedBits.isEmpty else { return fail(.protocolError, context: context) }
             receivedData(frame, context: context)
         default:
             fail(.protocolError, context: context)
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, !closeSent, !closeReceived { answerPing(context: context) }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// The device closed its side (a TCP FIN without a close frame): the connection ends.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    private func answerPing(context: ChannelHandlerContext) {
+        guard let data = pendingPong else { return }
+        pendingPong = nil
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: data)), promise: nil)
     }
 
     func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
@@ -152,7 +187,11 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func receivedClose(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
         guard !closeReceived else { return }
         closeReceived = true
-        guard !closeSent else { return connection.closeReceived(answer: nil) }
+        guard !closeSent else {
+            // The device answers the session's close, sent once the session had ended.
+            context.close(promise: nil)
+            return
+        }
         var data = frame.unmaskedData
         let size = data.readableBytes
         // As RFC 6455 section 7.4: codes this side does not know are answered `protocolError`, except the ones reserved
@@ -165,25 +204,28 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         let channel = context.channel
         closeTimer = context.eventLoop.scheduleTask(in: Self.closeTimeout) { channel.close(promise: nil) }
-        connection.closeReceived(answer: answer)
+        connection.closing(answer: answer)
     }
 
     private func keepAlive(context: ChannelHandlerContext) {
         guard !closeSent, !closeReceived else { return }
-        guard !awaitingPong else {
-            sendClose(.goingAway, reason: "ping timeout", context: context)
-            context.close(promise: nil)
-            return
-        }
-        awaitingPong = true
-        context.writeAndFlush(
-            wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: context.channel.allocator.buffer(capacity: 0))), promise: nil)
+        guard awaitedPong == nil else { return fail(.goingAway, reason: "ping timeout", context: context) }
+        pingsSent &+= 1
+        awaitedPong = pingsSent
+        var data = context.channel.allocator.buffer(capacity: 8)
+        data.writeInteger(pingsSent)
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: data)), promise: nil)
     }
 
     /// Closes the connection for a protocol violation, telling the device why.
-    private func fail(_ code: WebSocketErrorCode, context: ChannelHandlerContext) {
-        sendClose(code, reason: nil, context: context)
-        context.close(promise: nil)
+    /// Closes the connection for a protocol violation or a ping not answered, telling the device why: the session ends at
+    /// once; the socket stops writing after the close frame, and closes when the device answers or closes its side, or
+    /// after `closeTimeout` (closing at once could reset the connection before the device read why).
+    private func fail(_ code: WebSocketErrorCode, reason: String? = nil, context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        sendClose(code, reason: reason, context: context)
+        context.close(mode: .output, promise: nil)
+        connection.closing(answer: nil)
     }
 
     private func sendClose(_ code: WebSocketErrorCode, reason: String?, context: ChannelHandlerContext) {

@@ -250,10 +250,17 @@ struct DeviceSession {
 
     // MARK: Writing
 
+    /// What a drain of the outbox did.
+    enum Drained {
+        /// Wrote up to this sequence number.
+        case delivered(Int64)
+        /// Told the device that the connection closes, and why (the session stops).
+        case closing(String)
+    }
+
     /// Writes what the outbox holds: answers, new messages (or what the store has after `delivered`, when there is a gap
-    /// or a sync was asked for), online-only messages. Returns the last sequence number sent, nil when the connection
-    /// was closed.
-    func drain(_ outbox: DeviceOutbox, _ socket: DeviceSocket, delivered: Int64) async throws -> Int64? {
+    /// or a sync was asked for), online-only messages; or, when the connection is to close, `closing`.
+    func drain(_ outbox: DeviceOutbox, _ socket: DeviceSocket, delivered: Int64) async throws -> Drained {
         var delivered = delivered
         let pending = outbox.take()
         for reply in pending.replies {
@@ -267,8 +274,7 @@ struct DeviceSession {
         }
         if let reason {
             try await write(.closing(reason: reason), to: socket)
-            await socket.close(.normalClosure, reason: reason)
-            return nil
+            return .closing(reason)
         }
         var mustFetch = pending.mustFetch
         if !mustFetch {
@@ -296,7 +302,7 @@ struct DeviceSession {
         for message in pending.onlineOnly {
             try await write(.message(seq: nil, message: WireMessage(message)), to: socket)
         }
-        return delivered
+        return .delivered(delivered)
     }
 
     /// Sends everything the store holds after `seq`; returns the last sequence number sent and how many messages were

@@ -114,7 +114,8 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
         } catch let error as ChannelError where error == .inputClosed {
             logger.trace("the connection closed before its upgrade was decided")
         } catch {
-            logger.debug("a connection failed before its first request was answered", metadata: ["error": "\(error)"])
+            logger.error("a connection failed before its first request was answered", metadata: ["error": "\(error)"])
+            try? await value.channel.close()
         }
     }
 

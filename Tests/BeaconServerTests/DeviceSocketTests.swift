@@ -80,9 +80,58 @@ import Testing
         }
     }
 
-    /// Opens a WebSocket to `path` over a bare TCP connection that never answers anything, and returns every byte the
-    /// server sent until it closed the connection (at most 20 s).
-    static func silentDevice(port: Int, path: String) async throws -> [UInt8] {
+    @Test func unsolicitedPongsDoNotKeepADeviceThatNeverAnswersPingsConnected() async throws {
+        var hooks = BeaconHooks()
+        hooks.webSocketPingInterval = .milliseconds(200)
+        try await TestBeacon.run(hooks: hooks) { beacon in
+            try await beacon.createUsers("alice")
+            let token = try await beacon.userToken("alice")
+            let received = try await Self.silentDevice(
+                port: beacon.port, path: "/acme/chat/ws?device_id=mute&access_token=\(token)", then: .pongEvery(.milliseconds(50)))
+            let last = try #require(Self.serverFrames(in: received)?.last)
+            #expect(last.opcode == 0x8 && Array(last.payload.prefix(2)) == [0x03, 0xE9], "closed with going away (1001): \(last)")
+        }
+    }
+
+    @Test func aDeviceThatClosesItsSideWithoutACloseFrameGoesOffline() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice")
+            let token = try await beacon.userToken("alice")
+            // With the server's pings 30 s apart, the connection ends within the bound only if the FIN ends it.
+            let received = try await Self.silentDevice(
+                port: beacon.port, path: "/acme/chat/ws?device_id=fin&access_token=\(token)", then: .closeOutput)
+            #expect(Self.serverFrames(in: received) != nil)
+            try await waitUntil("alice's device offline") { try await beacon.presence.onlineDevices(of: ["alice"], app: 1).isEmpty }
+        }
+    }
+
+    @Test func whatADeviceSentBeforeItsCloseIsHandled() async throws {
+        try await TestBeacon.run { beacon in
+            try await beacon.createUsers("alice", "bob")
+            let alice = try await RawDevice.connect(beacon, "alice", device: "phone")
+            for index in 1...5 {
+                alice.send(#"{"op":"send","id":"s\#(index)","to":"bob","chat_type":"chat","type":"txt","body":{"msg":"m\#(index)"}}"#)
+            }
+            try await alice.close()
+            let bob = try await RawDevice.connect(beacon, "bob", device: "phone")
+            #expect(bob.stored.map(\.text) == ["m1", "m2", "m3", "m4", "m5"])
+            try await bob.close()
+        }
+    }
+
+    /// What a bare device does once its upgrade is sent.
+    enum SilentDevice {
+        /// Nothing.
+        case nothing
+        /// Sends unsolicited pongs (a heartbeat RFC 6455 allows), never answering the server's pings.
+        case pongEvery(Duration)
+        /// Closes its side of the TCP connection at once (a FIN, no close frame).
+        case closeOutput
+    }
+
+    /// Opens a WebSocket to `path` over a bare TCP connection that answers nothing and does `then`, and returns every
+    /// byte the server sent until it closed the connection (at most 20 s).
+    static func silentDevice(port: Int, path: String, then: SilentDevice = .nothing) async throws -> [UInt8] {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port) {
             channel in
             channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
@@ -93,6 +142,17 @@ import Testing
                     ByteBuffer(
                         string: "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                             + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"))
+                switch then {
+                case .nothing: break
+                case .closeOutput: try await channel.channel.close(mode: .output)
+                case .pongEvery(let interval):
+                    Task {
+                        // An unmasked pong frame with no payload; stops when the connection is gone.
+                        while (try? await outbound.write(ByteBuffer(bytes: [0x8A, 0x00]))) != nil {
+                            try? await Task.sleep(for: interval)
+                        }
+                    }
+                }
                 var received: [UInt8] = []
                 for try await buffer in inbound { received += buffer.readableBytesView }
                 return received
