@@ -320,17 +320,17 @@ struct ShutdownNotice: Service {
             return
         }
         registry.disconnectEveryone(reason: "shutdown")
-        // Until each session has finished its cleanup too: the cursors it flushes and the pushes it re-decides. Then the
-        // connections still open (a device that did not go when told, a close handshake not over) are closed, and their
-        // sessions given as long again.
-        await waitForEveryone(upTo: timeout)
+        // Until each session has finished its cleanup too (the cursors it flushes and the pushes it re-decides) and its
+        // connection has closed. Then the connections still open (a device that did not go when told, a close handshake
+        // not over) are closed, and their sessions given as long again.
+        await waitForEveryone(upTo: timeout, socketsClosed: true)
         registry.closeEverySocket()
-        await waitForEveryone(upTo: timeout)
+        await waitForEveryone(upTo: timeout, socketsClosed: false)
     }
 
-    private func waitForEveryone(upTo timeout: Duration) async {
+    private func waitForEveryone(upTo timeout: Duration, socketsClosed: Bool) async {
         let deadline = ContinuousClock.now + timeout
-        while !registry.isIdle, ContinuousClock.now < deadline, !Task.isCancelled {
+        while !registry.isIdle || (socketsClosed && registry.hasOpenSockets), ContinuousClock.now < deadline, !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(10))
         }
     }

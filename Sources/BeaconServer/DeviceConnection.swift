@@ -50,8 +50,6 @@ final class DeviceConnection: Sendable {
         /// The end has started.
         var ending = false
 
-        /// Whether messages are handled: not when the session stopped itself (those queued then are dropped).
-        var handling: Bool { stop == nil }
         /// Whether the outbox is written: not once the connection ends, whoever ends it.
         var writing: Bool { stop == nil && socketClosing == nil && !socketClosed }
     }
@@ -143,10 +141,11 @@ final class DeviceConnection: Sendable {
         }
     }
 
-    /// A message from the device (on the socket's event loop).
+    /// A message from the device (on the socket's event loop). Once the session stopped itself, only acknowledgements
+    /// count, until the end starts (so that what the device saw is not pushed when it goes offline).
     func received(_ message: DeviceMessage) -> ReadingAdvice {
         state.withLock { state in
-            guard state.writing else { return .keepReading }
+            guard !state.ending else { return .keepReading }
             state.inbound.append(message)
             startReader(&state)
             guard state.inbound.count >= Self.inboundLimit else { return .keepReading }
@@ -156,7 +155,7 @@ final class DeviceConnection: Sendable {
     }
 
     private func startReader(_ state: inout State) {
-        guard state.online, state.handling, !state.readerRunning, !state.inbound.isEmpty, let socket = state.socket else { return }
+        guard state.online, !state.ending, !state.readerRunning, !state.inbound.isEmpty, let socket = state.socket else { return }
         state.readerRunning = true
         run(&state) { await self.read(socket) }
     }
@@ -164,20 +163,20 @@ final class DeviceConnection: Sendable {
     /// Handles the queued messages one at a time, until none is left.
     private func read(_ socket: DeviceSocket) async {
         while true {
-            let next = state.withLock { state -> (DeviceMessage, Int64, resume: Bool)? in
-                guard state.handling, !state.inbound.isEmpty else {
+            let next = state.withLock { state -> (DeviceMessage, Int64, onlyAcks: Bool, resume: Bool)? in
+                guard !state.inbound.isEmpty else {
                     state.readerRunning = false
                     return nil
                 }
                 let message = state.inbound.removeFirst()
                 let resume = state.readingPaused && state.inbound.count <= Self.inboundLimit / 2
                 if resume { state.readingPaused = false }
-                return (message, state.acked, resume)
+                return (message, state.acked, state.stop != nil, resume)
             }
-            guard let (message, acked, resume) = next else { return }
+            guard let (message, acked, onlyAcks, resume) = next else { return }
             if resume { socket.resumeReading() }
             do {
-                let nowAcked = try await session.handle(message, outbox: outbox, acked: acked)
+                let nowAcked = try await session.handle(message, outbox: outbox, acked: acked, onlyAcks: onlyAcks)
                 state.withLock { $0.acked = nowAcked }
             } catch {
                 return stop(.unexpectedServerError)
@@ -225,17 +224,17 @@ final class DeviceConnection: Sendable {
         }
     }
 
-    /// The session stops itself: nothing more is handled or written; the socket is closed with `code` once the device
-    /// has gone away (`end`).
+    /// The session stops itself: nothing more is written, and of what the device sends only acknowledgements count; the
+    /// socket is closed with `code` once the device has gone away (`end`).
     private func stop(_ code: WebSocketErrorCode, reason: String? = nil) {
-        let resume = state.withLock { state in
+        let (socket, resume) = state.withLock { state in
             if state.stop == nil { state.stop = (code, reason) }
-            state.inbound.removeAll()
             defer { state.readingPaused = false }
-            return state.readingPaused ? state.socket : nil
+            return (state.socket, state.readingPaused)
         }
-        // Reading again: the device's answer to the close must get through.
-        resume?.resumeReading()
+        socket?.flush()  // a `closing` frame written before
+        // Reading again: acknowledgements and the device's answer to the close must get through.
+        if resume { socket?.resumeReading() }
     }
 
     /// The connection closes from the socket's side (on its event loop): the device sent its close, to be answered with

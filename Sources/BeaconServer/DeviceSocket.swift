@@ -16,6 +16,8 @@ struct DeviceSocket: Sendable {
     /// Queues one text message, sent at the next `flush` (or sooner); waits only while the socket's buffer is full, so
     /// that a device that stops reading holds its writer, and throws once the socket is closed.
     func writeText(_ text: String) async throws {
+        // A closed channel stays "writable" in NIO and drops writes without a promise: tell the writer instead.
+        guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
         var data = channel.allocator.buffer(string: text)
         var opcode = WebSocketOpcode.text
         while data.readableBytes > maxFrameBytes, let part = data.readSlice(length: maxFrameBytes) {
@@ -138,10 +140,13 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelWritabilityChanged()
     }
 
-    /// The device closed its side (a TCP FIN without a close frame): the connection ends.
+    /// The device closed its side (a TCP FIN without a close frame): the connection ends. The server quiesces (a device
+    /// that connected after the shutdown notice): the session ends.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
             context.close(promise: nil)
+        } else if event is ChannelShouldQuiesceEvent {
+            fail(.goingAway, reason: "shutdown", context: context)
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -154,8 +159,16 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
         guard let close = event as? Close else { return context.triggerUserOutboundEvent(event, promise: promise) }
-        sendClose(close.code, reason: close.reason, context: context)
-        promise?.succeed()
+        sendClose(close.code, reason: close.reason, context: context, promise: promise)
+    }
+
+    /// No data frame goes out after the close frame (RFC 6455 section 5.5.1).
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard !closeSent else {
+            promise?.fail(ChannelError.outputClosed)
+            return
+        }
+        context.write(data, promise: promise)
     }
 
     private func receivedData(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
@@ -228,15 +241,27 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         connection.closing(answer: nil)
     }
 
-    private func sendClose(_ code: WebSocketErrorCode, reason: String?, context: ChannelHandlerContext) {
-        guard !closeSent else { return }
+    /// Sends the close frame (`promise` completes once it is written); when it answers the device's close, the connection
+    /// closes once it is written.
+    private func sendClose(
+        _ code: WebSocketErrorCode, reason: String?, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil
+    ) {
+        guard !closeSent else {
+            promise?.succeed()
+            return
+        }
         closeSent = true
         closeTimer?.cancel()
         var data = context.channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
         data.write(webSocketErrorCode: code)
         if let reason { data.writeString(reason) }
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: nil)
         let channel = context.channel
+        let written = context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)))
+        if closeReceived {
+            // The handshake is over once the answer is out.
+            written.whenComplete { _ in channel.close(promise: nil) }
+        }
+        written.cascade(to: promise)
         closeTimer = context.eventLoop.scheduleTask(in: Self.closeTimeout) { channel.close(promise: nil) }
     }
 

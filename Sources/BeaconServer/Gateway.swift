@@ -114,8 +114,8 @@ struct DeviceSession {
     // MARK: Reading
 
     /// One frame from the device; `acked` is the highest sequence number it acknowledged on this connection so far.
-    /// Returns that number after this frame.
-    func handle(_ message: DeviceMessage, outbox: DeviceOutbox, acked: Int64) async throws -> Int64 {
+    /// Returns that number after this frame. `onlyAcks`: the session is ending, and only an `ack` is handled.
+    func handle(_ message: DeviceMessage, outbox: DeviceOutbox, acked: Int64, onlyAcks: Bool = false) async throws -> Int64 {
         guard case .text(let text) = message else {
             answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
             return acked
@@ -139,6 +139,9 @@ struct DeviceSession {
             let id = (try? JSONDecoder().decode(FrameReference.self, from: Data(text.utf8)))?.id
             answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"), on: outbox)
             return acked
+        }
+        if onlyAcks {
+            guard case .ack = frame else { return acked }
         }
         switch frame {
         case .ping:

@@ -114,7 +114,8 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
         } catch let error as ChannelError where error == .inputClosed {
             logger.trace("the connection closed before its upgrade was decided")
         } catch {
-            logger.error("a connection failed before its first request was answered", metadata: ["error": "\(error)"])
+            // Debug: a client that sends garbage must not fill the error log.
+            logger.debug("a connection failed before its first request was answered", metadata: ["error": "\(error)"])
             try? await value.channel.close()
         }
     }

@@ -164,6 +164,9 @@ final class ConnectionRegistry: PresenceRegistry {
         sockets.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(connection)) }
     }
 
+    /// Whether any device socket is still open.
+    var hasOpenSockets: Bool { sockets.withLock { !$0.isEmpty } }
+
     /// Closes every device socket still open, without a word.
     func closeEverySocket() {
         for socket in sockets.withLock({ Array($0.values) }) { socket.channel.close(promise: nil) }
