@@ -39,9 +39,12 @@ final class DeviceConnection: Sendable {
         var delivered: Int64 = 0
         /// Tasks running for this connection (its start, reader, writer): its end waits for them.
         var busy = 0
-        /// The session stopped itself: nothing more is handled or written, and the socket is closed with this code and
-        /// reason once the device has gone away.
+        /// The session stopped itself: nothing more is written, of what the device sends only acknowledgements count, and
+        /// the socket is closed with this code and reason once the device has gone away.
         var stop: (code: WebSocketErrorCode, reason: String?)?
+        /// Messages still taken after the stop (for their acknowledgements), at most `inboundLimit`: a device that keeps
+        /// sending cannot hold the end off.
+        var takenAfterStop = 0
         /// The connection closes from the socket's side: the device sent its close, to be answered with this code once it
         /// has gone away; or nil: the socket is closing already (the device broke the protocol or stopped answering pings).
         var socketClosing: WebSocketErrorCode??
@@ -104,8 +107,12 @@ final class DeviceConnection: Sendable {
         Task.detached {
             await self.session.leave(self.outbox)
             self.session.ended()
-            let (socket, stop, socketClosing) = self.state.withLock { ($0.socket, $0.stop, $0.socketClosing) }
+            let (socket, stop, socketClosing, paused) = self.state.withLock { state in
+                defer { state.readingPaused = false }
+                return (state.socket, state.stop, state.socketClosing, state.readingPaused)
+            }
             guard let socket else { return }
+            if paused { socket.resumeReading() }  // the device's answer to the close must get through
             if let socketClosing {
                 if let answer = socketClosing {
                     await socket.close(answer)
@@ -146,9 +153,14 @@ final class DeviceConnection: Sendable {
     func received(_ message: DeviceMessage) -> ReadingAdvice {
         state.withLock { state in
             guard !state.ending else { return .keepReading }
+            if state.stop != nil {
+                guard state.online, state.takenAfterStop < Self.inboundLimit else { return .keepReading }
+                state.takenAfterStop += 1
+            }
             state.inbound.append(message)
             startReader(&state)
-            guard state.inbound.count >= Self.inboundLimit else { return .keepReading }
+            // Not once stopped: the device's answer to the close must get through.
+            guard state.inbound.count >= Self.inboundLimit, state.stop == nil else { return .keepReading }
             state.readingPaused = true
             return .pauseReading
         }
@@ -219,6 +231,8 @@ final class DeviceConnection: Sendable {
                     return stop(.normalClosure, reason: reason)
                 }
             } catch {
+                // A write that failed because the connection is closing anyway does not stop the session.
+                guard state.withLock({ $0.socketClosing == nil && !$0.socketClosed }) else { return }
                 return stop(.unexpectedServerError)
             }
         }

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOWebSocket
+import Synchronization
 
 /// A message from a device: a text or binary WebSocket message, its fragments joined.
 enum DeviceMessage: Sendable {
@@ -12,12 +13,15 @@ struct DeviceSocket: Sendable {
     let channel: any Channel
     /// The largest frame written: a longer message goes in several.
     let maxFrameBytes: Int
+    /// Set by `DeviceSocketHandler` when it sends the close frame.
+    let closeSent: CloseSentFlag
 
     /// Queues one text message, sent at the next `flush` (or sooner); waits only while the socket's buffer is full, so
-    /// that a device that stops reading holds its writer, and throws once the socket is closed.
+    /// that a device that stops reading holds its writer, and throws once the socket is closed or its close frame sent.
     func writeText(_ text: String) async throws {
-        // A closed channel stays "writable" in NIO and drops writes without a promise: tell the writer instead.
-        guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
+        // A closed channel stays "writable" in NIO, and writes after the close frame are dropped without a promise: tell
+        // the writer instead.
+        guard channel.isActive, !closeSent.isSet else { throw ChannelError.outputClosed }
         var data = channel.allocator.buffer(string: text)
         var opcode = WebSocketOpcode.text
         while data.readableBytes > maxFrameBytes, let part = data.readSlice(length: maxFrameBytes) {
@@ -42,6 +46,17 @@ struct DeviceSocket: Sendable {
     /// Reads from the socket again after `DeviceSocketHandler` stopped because the session had too many messages queued.
     func resumeReading() {
         channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+    }
+}
+
+/// Whether a socket's close frame was sent, shared by its handler and its writers.
+final class CloseSentFlag: Sendable {
+    private let sent = Atomic(false)
+
+    var isSet: Bool { sent.load(ordering: .acquiring) }
+
+    func set() {
+        sent.store(true, ordering: .releasing)
     }
 }
 
@@ -72,6 +87,7 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The fragments of a message still coming, and whether it is text.
     private var fragments: (data: ByteBuffer, isText: Bool)?
     private var closeSent = false
+    private let closeSentFlag = CloseSentFlag()
     /// The device sent its close: nothing it sends after counts.
     private var closeReceived = false
     /// The payload of the last ping sent, until the device answers it (only its own answer counts, not any pong).
@@ -95,7 +111,7 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let (handler, context) = loopBound.value
             handler.keepAlive(context: context)
         }
-        connection.start(socket: DeviceSocket(channel: context.channel, maxFrameBytes: maxMessageBytes))
+        connection.start(socket: DeviceSocket(channel: context.channel, maxFrameBytes: maxMessageBytes, closeSent: closeSentFlag))
         // Added by the upgrade; a connection that closed meanwhile sees no `channelInactive` here.
         if !context.channel.isActive {
             stopTimers()
@@ -145,7 +161,7 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
             context.close(promise: nil)
-        } else if event is ChannelShouldQuiesceEvent {
+        } else if event is ChannelShouldQuiesceEvent, context.channel.isActive, !closeReceived {
             fail(.goingAway, reason: "shutdown", context: context)
         }
         context.fireUserInboundEventTriggered(event)
@@ -251,6 +267,7 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         closeSent = true
+        closeSentFlag.set()
         closeTimer?.cancel()
         var data = context.channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
         data.write(webSocketErrorCode: code)

@@ -114,32 +114,10 @@ struct DeviceSession {
     // MARK: Reading
 
     /// One frame from the device; `acked` is the highest sequence number it acknowledged on this connection so far.
-    /// Returns that number after this frame. `onlyAcks`: the session is ending, and only an `ack` is handled.
+    /// Returns that number after this frame. `onlyAcks`: the session is ending, and only an `ack` is handled (nothing
+    /// else is answered).
     func handle(_ message: DeviceMessage, outbox: DeviceOutbox, acked: Int64, onlyAcks: Bool = false) async throws -> Int64 {
-        guard case .text(let text) = message else {
-            answer(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"), on: outbox)
-            return acked
-        }
-        let frame: ClientFrame
-        do {
-            let value = try JSONReader.value(of: text)
-            do {
-                frame = try ClientFrame(jsonValue: value)
-            } catch {
-                // The `id` of a send that does not match the protocol still comes back, so that the client can fail that send.
-                answer(
-                    .error(
-                        id: value.objectValue?["id"]?.stringValue, code: error.code.rawValue, description: "bad frame: \(error.message)"),
-                    on: outbox)
-                return acked
-            }
-        } catch {
-            // JSONDecoder checks only the text's shape before it decodes the one field asked for, so a send whose body
-            // alone is malformed (a lone surrogate escape, a number beyond a double) still gets its `id` back.
-            let id = (try? JSONDecoder().decode(FrameReference.self, from: Data(text.utf8)))?.id
-            answer(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"), on: outbox)
-            return acked
-        }
+        guard let frame = Self.frame(of: message, refusalsTo: onlyAcks ? nil : { answer($0, on: outbox) }) else { return acked }
         if onlyAcks {
             guard case .ack = frame else { return acked }
         }
@@ -171,6 +149,32 @@ struct DeviceSession {
             try await write(frame, on: outbox)
         }
         return acked
+    }
+
+    /// The frame a message holds; nil when it holds none, after `refuse` was given the error frame that says why.
+    private static func frame(of message: DeviceMessage, refusalsTo refuse: ((ServerFrame) -> Void)?) -> ClientFrame? {
+        guard case .text(let text) = message else {
+            refuse?(.error(id: nil, code: BeaconError.Code.jsonParse.rawValue, description: "frames must be JSON text"))
+            return nil
+        }
+        do {
+            let value = try JSONReader.value(of: text)
+            do {
+                return try ClientFrame(jsonValue: value)
+            } catch {
+                // The `id` of a send that does not match the protocol still comes back, so that the client can fail that send.
+                refuse?(
+                    .error(
+                        id: value.objectValue?["id"]?.stringValue, code: error.code.rawValue, description: "bad frame: \(error.message)"))
+                return nil
+            }
+        } catch {
+            // JSONDecoder checks only the text's shape before it decodes the one field asked for, so a send whose body
+            // alone is malformed (a lone surrogate escape, a number beyond a double) still gets its `id` back.
+            let id = (try? JSONDecoder().decode(FrameReference.self, from: Data(text.utf8)))?.id
+            refuse?(.error(id: id, code: BeaconError.Code.jsonParse.rawValue, description: "bad frame: \(error)"))
+            return nil
+        }
     }
 
     /// Whether the session may still act and read for its user: not told to close (a kick on this node, the user's
