@@ -246,7 +246,6 @@ final class DeviceSocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: data)), promise: nil)
     }
 
-    /// Closes the connection for a protocol violation, telling the device why.
     /// Closes the connection for a protocol violation or a ping not answered, telling the device why: the session ends at
     /// once; the socket stops writing after the close frame, and closes when the device answers or closes its side, or
     /// after `closeTimeout` (closing at once could reset the connection before the device read why).
