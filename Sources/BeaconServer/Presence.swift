@@ -146,12 +146,14 @@ final class ConnectionRegistry: PresenceRegistry {
         for outbox in outboxes { outbox.fetchFromStore() }
     }
 
-    /// Closes every connection (graceful shutdown).
     /// Device sessions running, their cleanup (cursor flush, push re-decisions) included.
     private let sessions = Atomic<Int>(0)
 
     func sessionBegan() { sessions.add(1, ordering: .relaxed) }
     func sessionEnded() { sessions.subtract(1, ordering: .relaxed) }
+
+    /// Whether every device session has ended, cleanup included.
+    var isIdle: Bool { sessions.load(ordering: .relaxed) == 0 }
 
     /// The open device sockets, to close at shutdown those that did not close when told to.
     private let sockets = Mutex<[ObjectIdentifier: DeviceSocket]>([:])
@@ -171,8 +173,6 @@ final class ConnectionRegistry: PresenceRegistry {
     func closeEverySocket() {
         for socket in sockets.withLock({ Array($0.values) }) { socket.channel.close(promise: nil) }
     }
-    /// Whether every device session has ended, cleanup included.
-    var isIdle: Bool { sessions.load(ordering: .relaxed) == 0 }
 
     /// Tells every device to go, and every device that registers from now on (graceful shutdown).
     func disconnectEveryone(reason: String) {
