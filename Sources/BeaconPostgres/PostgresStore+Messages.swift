@@ -11,7 +11,9 @@ extension PostgresStore {
         ).first.map { StoredForm.receiptIDs(from: try $0[0].decode(String.self)) }
     }
 
-    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
+    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?, readingInputs request: RoutingInputsRequest?)
+        async throws -> AppendResult
+    {
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
         return try await transaction { connection in
@@ -32,16 +34,18 @@ extension PostgresStore {
                     return .repeated(StoredForm.receiptIDs(from: earlier))
                 }
             }
-            let (entries, routed) = try await insert(encoded, app: app, connection: connection)
-            return .stored(entries, routed: routed)
+            let (entries, routed, inputs) = try await insert(encoded, app: app, readingInputs: request, connection: connection)
+            return .stored(entries, routed: routed, inputs: inputs)
         }
     }
 
     /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has
-    /// a push configuration, the pending routes of those that route pushes (their ids returned).
-    func insert(_ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, connection: PostgresConnection)
-        async throws -> (entries: [InboxEntry], routed: Set<UInt64>)
-    {
+    /// a push configuration, the pending routes of those that route pushes (their ids returned), with the routing inputs
+    /// `request` names when its message is one of those.
+    func insert(
+        _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, readingInputs request: RoutingInputsRequest?,
+        connection: PostgresConnection
+    ) async throws -> (entries: [InboxEntry], routed: Set<UInt64>, inputs: RoutingInputs?) {
         let messages = encoded.map(\.new)
         // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
         // receivers lock their rows in the same order and cannot deadlock.
@@ -115,14 +119,24 @@ extension PostgresStore {
                     created: inboxRows.created, counts: inboxRows.counts), logger: logger)
         }
         var routed: Set<UInt64> = []
+        var inputs: RoutingInputs?
         if !routes.ids.isEmpty {
-            let inserted = try await connection.rows(
-                InsertPendingRoutes(app: app, ids: routes.ids, created: routes.created), logger: logger
-            )
-            .count
-            if inserted > 0 { routed = Set(encoded.filter(\.new.routesPushes).map(\.new.message.id)) }
+            let inserted: Bool
+            if let request, routes.ids.contains(Int64(bitPattern: request.messageID)) {
+                (inserted, inputs) = try await insertPendingRoutes(
+                    ids: routes.ids, created: routes.created, readingInputs: request, app: app, connection: connection)
+            } else {
+                let rows = try await connection.rows(
+                    InsertPendingRoutes(app: app, ids: routes.ids, created: routes.created), logger: logger)
+                inserted = !rows.isEmpty
+            }
+            if inserted {
+                routed = Set(encoded.filter(\.new.routesPushes).map(\.new.message.id))
+            } else {
+                inputs = nil
+            }
         }
-        return (entries, routed)
+        return (entries, routed, inputs)
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

@@ -68,7 +68,7 @@ extension PostgresStore {
                 """, logger: logger)
             var notice = encoded
             notice[0].new.deliveries = holders.map { Delivery(username: $0, originDevice: Delivery.noticeOrigin) }
-            let entries = try await insert(notice, app: app, connection: connection).entries
+            let entries = try await insert(notice, app: app, readingInputs: nil, connection: connection).entries
             try await connection.query("DELETE FROM inbox WHERE app_id = \(app) AND message_id = \(id)", logger: logger)
             try await connection.query("DELETE FROM messages WHERE app_id = \(app) AND id = \(id)", logger: logger)
             // After the deletion: each withdrawal carries its receiver's badge without the recalled message.

@@ -12,6 +12,25 @@ extension PostgresStore {
         guard let row = try await rows(RoutingInputsQuery(app: app, recipients: recipients, scopes: scopes, sender: sender)).first else {
             throw BeaconError(.internalError, "the routing inputs query returned no row")
         }
+        return try Self.inputs(from: row)
+    }
+
+    /// The pending routes of `ids` (as `InsertPendingRoutes`), and in the same statement the routing inputs `request` names:
+    /// whether routes were inserted, and the inputs.
+    func insertPendingRoutes(
+        ids: [Int64], created: [Int64], readingInputs request: RoutingInputsRequest, app: Int64,
+        connection: PostgresConnection
+    ) async throws -> (inserted: Bool, inputs: RoutingInputs) {
+        let statement = InsertPendingRoutesReadingInputs(
+            inputs: RoutingInputsQuery(app: app, recipients: request.recipients, scopes: request.scopes, sender: request.sender),
+            ids: ids, created: created)
+        guard let row = try await connection.rows(statement, logger: logger).first else {
+            throw BeaconError(.internalError, "the pending routes statement returned no row")
+        }
+        return (row.inserted > 0, try Self.inputs(from: row.inputs))
+    }
+
+    private static func inputs(from row: RoutingInputsQuery.Row) throws -> RoutingInputs {
         let decoder = JSONDecoder()
         func decoded<Value: Decodable>(_ json: String?, as type: [Value].Type) throws -> [Value] {
             guard let json else { return [] }  // json_agg of no rows
@@ -58,8 +77,9 @@ extension PostgresStore {
 
     /// Each area as JSON text, with the keys of the records it decodes to; an area without rows is NULL.
     struct RoutingInputsQuery: PostgresPreparedStatement {
-        static let sql = """
-            SELECT
+        static let sql = "SELECT " + columns
+        /// The areas, of `$1` the app, `$2` the recipients, `$3` the settings scopes and `$4` the sender.
+        static let columns = """
                 (SELECT json_agg(json_build_object('name', name, 'bundleID', bundle_id, 'voip', voip) ORDER BY name COLLATE "C")
                     FROM push_configs WHERE app_id = $1)::text,
                 (SELECT json_build_object('multiDevice', multi_device, 'timezone', default_timezone, 'displayStrings', display_strings,
@@ -108,6 +128,44 @@ extension PostgresStore {
             return Row(
                 notifiers: notifiers, policy: policy, templates: templates, settings: settings, profiles: profiles,
                 senderNickname: senderNickname, bindings: bindings)
+        }
+    }
+
+    /// `InsertPendingRoutes` (of `$5` the ids and `$6` their times) with `RoutingInputsQuery`'s areas: a message's append and
+    /// its routing inputs in one round trip. The areas read the snapshot the append's earlier statements left.
+    struct InsertPendingRoutesReadingInputs: PostgresPreparedStatement {
+        static let sql = """
+            WITH route AS (
+                INSERT INTO pending_routes (app_id, message_id, created_at)
+                SELECT $1, r.id, r.created FROM unnest($5::bigint[], $6::bigint[]) AS r(id, created)
+                WHERE EXISTS (SELECT 1 FROM push_configs WHERE app_id = $1)
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM route)::int4,
+            """ + RoutingInputsQuery.columns
+        struct Row {
+            var inserted: Int32
+            var inputs: RoutingInputsQuery.Row
+        }
+        var inputs: RoutingInputsQuery
+        var ids: [Int64]
+        var created: [Int64]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = try inputs.makeBindings()
+            bindings.append(ids)
+            bindings.append(created)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row {
+            let (inserted, notifiers, policy, templates, settings, profiles, senderNickname, bindings) =
+                try row.decode((Int32, String?, String?, String?, String?, String?, String?, String?).self)
+            return Row(
+                inserted: inserted,
+                inputs: RoutingInputsQuery.Row(
+                    notifiers: notifiers, policy: policy, templates: templates, settings: settings, profiles: profiles,
+                    senderNickname: senderNickname, bindings: bindings))
         }
     }
 }

@@ -14,11 +14,13 @@ extension SQLiteStore {
         }
     }
 
-    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
+    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?, readingInputs request: RoutingInputsRequest?)
+        async throws -> AppendResult
+    {
         // Encoding happens before the write transaction: the writer is held for inserts only.
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
-        return try await write { db in
+        let appended: AppendResult = try await write { db in
             if let receipt {
                 if let earlier = try String.fetchOne(
                     db, sql: "SELECT message_ids FROM send_receipts WHERE app_id = ? AND scope = ? AND reference = ?",
@@ -31,8 +33,12 @@ extension SQLiteStore {
                     arguments: [app, receipt.scope, receipt.reference, resultsText, receipt.now])
             }
             let (entries, routed) = try Self.insert(encoded, app: app, db: db)
-            return .stored(entries, routed: routed)
+            return .stored(entries, routed: routed, inputs: nil)
         }
+        // Read after the write, outside it: an embedded engine's reads cost no round trip, and the writer is not held.
+        guard let request, case .stored(let entries, let routed, _) = appended, routed.contains(request.messageID) else { return appended }
+        let inputs = try await routingInputs(sender: request.sender, recipients: request.recipients, scopes: request.scopes, app: app)
+        return .stored(entries, routed: routed, inputs: inputs)
     }
 
     /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has

@@ -108,6 +108,17 @@ final class MessageService: Sendable {
         }
     }
 
+    /// The routing inputs to read with a send's append: those of its message that routes pushes, when it is the only one and
+    /// its route is decided in one part (a larger one is routed by the router's tasks, which read each part's inputs).
+    private func inputsRequest(_ new: [NewMessage]) -> RoutingInputsRequest? {
+        let routing = new.filter(\.routesPushes)
+        guard let router, routing.count == 1, let message = routing.first?.message else { return nil }
+        let recipients = routing[0].deliveries.map(\.username).filter { $0 != message.from }
+        guard recipients.count <= router.partSize else { return nil }
+        return RoutingInputsRequest(
+            messageID: message.id, sender: message.from, recipients: recipients, scopes: RoutingContext.scopes(of: message))
+    }
+
     /// A stored send's answer: its message ids by target.
     private static func sentMessages(_ ids: [String: UInt64]) -> [SentMessage] {
         ids.sorted { $0.key < $1.key }.map {
@@ -166,7 +177,7 @@ final class MessageService: Sendable {
         }
         let appended: AppendResult
         do {
-            appended = try await store.append(new, app: app.id, receipt: receipt)
+            appended = try await store.append(new, app: app.id, receipt: receipt, readingInputs: inputsRequest(new))
         } catch let error as BeaconError where error.code == .userNotFound {
             // Found out by the append (an app's send to a peer that does not exist): paced like a refused send, one delivery.
             limiter.refund(app: app.id, user: sender, deliveries: moreDeliveries)
@@ -175,7 +186,7 @@ final class MessageService: Sendable {
         switch appended {
         case .repeated(let earlier):
             return Self.sentMessages(earlier)
-        case .stored(let entries, let routed):
+        case .stored(let entries, let routed, let inputs):
             metrics.messagesStored(messages.map { (type: $0.0.type.rawValue, chatType: $0.0.chatType.rawValue) })
             let online = await switchboard.deliver(entries, app: app.id)
             if let router, !routed.isEmpty {
@@ -184,7 +195,8 @@ final class MessageService: Sendable {
                 for (message, recipients) in messages where routed.contains(message.id) {
                     do {
                         let existing = recipients.filter { $0 != message.from && stored[message.id]?.contains($0) == true }
-                        try await router.route(message, recipients: existing, app: app, online: online, handingOn: true)
+                        try await router.route(
+                            message, recipients: existing, app: app, online: online, inputs: inputs, handingOn: true)
                     } catch {
                         // The message is stored with its pending route: the router's sweep decides its pushes shortly.
                         logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])

@@ -71,13 +71,15 @@ final class PushRouter: Service, Sendable {
     /// part recorded. Safe to call twice: each part is recorded once, and a call that finds its part recorded stops.
     /// `online`, when given, is the recipients' presence read after the message was stored (by its delivery); otherwise
     /// presence is read here. (A device online then and offline by its part is skipped, then decided again at once as
-    /// having gone offline since: one that acknowledged the message live is not pushed it.) With `handingOn`, a route of
+    /// having gone offline since: one that acknowledged the message live is not pushed it.) `inputs`, when given, are the
+    /// recipients' routing inputs read with the message's append (`RoutingInputsRequest`); otherwise each part reads its
+    /// own. With `handingOn`, a route of
     /// more than one part is left to the router's own tasks (a send is answered without waiting for a large group's
     /// pushes; if they never get to it, the pending route's sweep does). Stops between parts when the service stops: the
     /// rest is the sweep's at the next start.
     func route(
-        _ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil, after progress: String? = nil,
-        handingOn: Bool = false
+        _ message: Message, recipients: [String], app: AppRecord, online: [String: Set<String>]? = nil, inputs: RoutingInputs? = nil,
+        after progress: String? = nil, handingOn: Bool = false
     ) async throws {
         let remaining = RouteOrder.remaining(recipients, after: progress)
         if handingOn, remaining.count > partSize {
@@ -96,7 +98,9 @@ final class PushRouter: Service, Sendable {
             let end = min(start + partSize, remaining.count)
             let part = Array(remaining[start..<end])
             let through = end < remaining.count ? part.last : nil
-            guard try await route(message, part: part, app: app, online: online, after: after, through: through), let through else {
+            guard try await route(message, part: part, app: app, online: online, inputs: inputs, after: after, through: through),
+                let through
+            else {
                 return
             }
             (start, after) = (end, through)
@@ -105,9 +109,10 @@ final class PushRouter: Service, Sendable {
 
     /// Decides and records one part of a route: false when it was recorded by someone else (or the route is gone).
     private func route(
-        _ message: Message, part: [String], app: AppRecord, online: [String: Set<String>]?, after: String?, through: String?
+        _ message: Message, part: [String], app: AppRecord, online: [String: Set<String>]?, inputs: RoutingInputs?, after: String?,
+        through: String?
     ) async throws -> Bool {
-        let decided = try await decide(message, for: part, app: app, onlyDevices: nil, online: online)
+        let decided = try await decide(message, for: part, app: app, onlyDevices: nil, online: online, inputs: inputs)
         if let afterPresence { try await afterPresence(message.id) }
         let route = PushRoute(
             messageID: message.id, replacing: .pendingRoute(after: after, through: through), jobs: decided.jobs, now: clock())
@@ -284,11 +289,16 @@ final class PushRouter: Service, Sendable {
 
     private func decide(
         _ message: Message, for recipients: [String], app: AppRecord, onlyDevices: Set<SkippedDevice>?,
-        online known: [String: Set<String>]? = nil
+        online known: [String: Set<String>]? = nil, inputs read: RoutingInputs? = nil
     ) async throws -> Decided {
         guard PushDecision.mayPush(message), !recipients.isEmpty else { return Decided(app: app.id) }
-        let inputs = try await store.routingInputs(
-            sender: message.from, recipients: recipients, scopes: RoutingContext.scopes(of: message), app: app.id)
+        let inputs: RoutingInputs
+        if let read {
+            inputs = read
+        } else {
+            inputs = try await store.routingInputs(
+                sender: message.from, recipients: recipients, scopes: RoutingContext.scopes(of: message), app: app.id)
+        }
         let configs = Dictionary(inputs.notifiers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         guard !configs.isEmpty else { return Decided(app: app.id) }
         let context = RoutingContext(message: message, inputs: inputs)

@@ -7,8 +7,11 @@ public protocol MessageStore: Sendable {
     /// With a `receipt` whose reference was stored before in its scope, stores nothing and answers the earlier message
     /// ids. A message that `routesPushes` gets a pending route in the same transaction when the app has a push
     /// configuration (`AppendResult.stored`'s `routed`), so that a crash before its pushes are decided loses none
-    /// (`pendingRoutes`, `recordRoute`); without one there is nothing to decide, and no route is written.
-    func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult
+    /// (`pendingRoutes`, `recordRoute`); without one there is nothing to decide, and no route is written. With `request`,
+    /// the routing inputs of the message it names come back with it when that message was given a pending route, read
+    /// with the append (an engine with round trips spends none more on them).
+    func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?, readingInputs request: RoutingInputsRequest?) async throws
+        -> AppendResult
     /// The message ids by target of the send stored under `scope` and `reference` (`SendReceipt`), nil when none was.
     func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]?
     /// The user's inbox entries after `seq`, oldest first.
@@ -47,10 +50,16 @@ public protocol MessageStore: Sendable {
 }
 
 extension MessageStore {
+    /// Stores messages, reading no routing inputs (`append(_:app:receipt:readingInputs:)`).
+    public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?) async throws -> AppendResult {
+        try await append(messages, app: app, receipt: receipt, readingInputs: nil)
+    }
+
     /// Stores one message that pushes nobody.
     public func append(_ message: Message, app: Int64, deliveries: [Delivery]) async throws -> [InboxEntry] {
         guard
-            case .stored(let entries, _) = try await append([NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)
+            case .stored(let entries, _, _) = try await append(
+                [NewMessage(message: message, deliveries: deliveries)], app: app, receipt: nil)
         else { return [] }
         return entries
     }
@@ -171,9 +180,9 @@ public struct SendReceipt: Sendable, Hashable {
 
 /// What `append` did.
 public enum AppendResult: Sendable, Hashable {
-    /// The messages are stored; their inbox entries, with sequence numbers, and the messages given a pending route (their
-    /// pushes are to be decided).
-    case stored([InboxEntry], routed: Set<UInt64>)
+    /// The messages are stored; their inbox entries, with sequence numbers, the messages given a pending route (their
+    /// pushes are to be decided), and the routing inputs asked for when their message is among those.
+    case stored([InboxEntry], routed: Set<UInt64>, inputs: RoutingInputs?)
     /// The receipt's reference was seen before: the earlier send's message ids by target; nothing was stored.
     case repeated([String: UInt64])
 }

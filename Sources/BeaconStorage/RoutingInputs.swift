@@ -31,6 +31,22 @@ public struct RoutingInputs: Sendable, Hashable {
     }
 }
 
+/// Which message's routing inputs an append reads with it (`MessageStore.append(_:app:receipt:readingInputs:)`): those
+/// `BeaconStore.routingInputs` would answer for `sender`, `recipients` and `scopes`.
+public struct RoutingInputsRequest: Sendable, Hashable {
+    public var messageID: UInt64
+    public var sender: String
+    public var recipients: [String]
+    public var scopes: [String]
+
+    public init(messageID: UInt64, sender: String, recipients: [String], scopes: [String]) {
+        self.messageID = messageID
+        self.sender = sender
+        self.recipients = recipients
+        self.scopes = scopes
+    }
+}
+
 /// What a push job needs of a push configuration: its name, the topic and whether it may carry VoIP.
 public struct Notifier: Sendable, Hashable, Codable {
     public var name: String

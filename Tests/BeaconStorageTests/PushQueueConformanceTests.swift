@@ -404,7 +404,7 @@ import Testing
             let new = [NewMessage(message: text(7, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true)]
             #expect(
                 try await store.append(new, app: app.id, receipt: nil)
-                    == .stored(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 1), routed: []))
+                    == .stored(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 1), routed: [], inputs: nil))
             #expect(try await store.pendingRoutes(before: now + 1, limit: 10).isEmpty)
             // With one, the next message is routed (and one that does not route pushes is not).
             try await store.savePushConfig(
@@ -415,7 +415,7 @@ import Testing
                 NewMessage(message: text(8, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: true),
                 NewMessage(message: text(9, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
             ]
-            guard case .stored(_, let routed) = try await store.append(two, app: app.id, receipt: nil) else {
+            guard case .stored(_, let routed, _) = try await store.append(two, app: app.id, receipt: nil) else {
                 Issue.record("expected stored")
                 return
             }
@@ -447,7 +447,7 @@ import Testing
                 NewMessage(
                     message: text(4, from: "alice", to: "zed"), deliveries: [Delivery(username: "zed"), Delivery(username: "alice")])
             ]
-            guard case .stored(let entries, _) = try await store.append(relaxed, app: app.id, receipt: receipt) else {
+            guard case .stored(let entries, _, _) = try await store.append(relaxed, app: app.id, receipt: receipt) else {
                 Issue.record("expected stored")
                 return
             }

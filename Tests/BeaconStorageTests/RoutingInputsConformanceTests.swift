@@ -115,6 +115,57 @@ import Testing
         }
     }
 
+    /// An append asked for a message's routing inputs gives what `routingInputs` gives once the message is stored, when
+    /// that message got a pending route; nothing otherwise.
+    @Test(arguments: StoreKind.available)
+    func anAppendReadsTheRoutingInputsOfTheMessageItRoutes(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            _ = try await store.createUsers(
+                [NewUser(username: "alice", passwordHash: "h", nickname: "Al"), NewUser(username: "bob", passwordHash: "h")], app: app.id,
+                now: now)
+            try await store.savePushSettings(PushSettingsRecord(username: "bob", scope: "chat:alice", remindType: "NONE"), app: app.id)
+            try await store.bind(
+                PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "b1", boundAt: now), app: app.id)
+            func new(_ id: UInt64, routes: Bool) -> NewMessage {
+                NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: routes)
+            }
+            func request(_ id: UInt64) -> RoutingInputsRequest {
+                RoutingInputsRequest(messageID: id, sender: "alice", recipients: ["bob", "dave"], scopes: ["", "chat:alice"])
+            }
+            let expected = try await store.routingInputs(
+                sender: "alice", recipients: ["bob", "dave"], scopes: ["", "chat:alice"], app: app.id)
+            #expect(expected.bindings["bob"]?.count == 1 && expected.settings.count == 1 && expected.senderNickname == "Al")
+
+            // The second of two routed messages: its inputs.
+            guard
+                case .stored(_, let routed, let inputs) = try await store.append(
+                    [new(1, routes: true), new(2, routes: true)], app: app.id, receipt: nil, readingInputs: request(2))
+            else { return #expect(Bool(false), "expected stored") }
+            #expect(routed == [1, 2])
+            #expect(inputs == expected)
+            // A message that routes no pushes, or one not in the append: none.
+            guard
+                case .stored(_, let notRouted, let none) = try await store.append(
+                    [new(3, routes: false), new(4, routes: true)], app: app.id, receipt: nil, readingInputs: request(3))
+            else { return #expect(Bool(false), "expected stored") }
+            #expect(notRouted == [4] && none == nil)
+            // A repeated send stores and reads nothing.
+            let receipt = SendReceipt(scope: "rest:alice", reference: "r", now: now)
+            _ = try await store.append([new(5, routes: true)], app: app.id, receipt: receipt, readingInputs: request(5))
+            #expect(
+                try await store.append([new(6, routes: true)], app: app.id, receipt: receipt, readingInputs: request(6))
+                    == .repeated(["bob": 5]))
+            // An app without push configurations gets no pending route, and no inputs.
+            let quiet = try await store.createApp(
+                AppKey(org: "acme", name: "quiet"), clientID: "quiet", clientSecretHash: "hash", limits: .default, now: now)
+            try await makeUsers(store, quiet, ["alice", "bob"])
+            #expect(
+                try await store.append([new(7, routes: true)], app: quiet.id, receipt: nil, readingInputs: request(7))
+                    == .stored(try await store.inbox(of: "bob", app: quiet.id, after: 0, limit: 1), routed: [], inputs: nil))
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func anAppWithNothingSetGivesTheDefaults(kind: StoreKind) async throws {
         try await kind.withStore { store in

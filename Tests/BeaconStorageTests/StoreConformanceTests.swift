@@ -345,7 +345,7 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
                     NewMessage(message: text(1, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")]),
                     NewMessage(message: text(2, from: "alice", to: "carol"), deliveries: [Delivery(username: "carol")]),
                 ], app: app.id, receipt: receipt)
-            guard case .stored(let entries, _) = first else {
+            guard case .stored(let entries, _, _) = first else {
                 Issue.record("expected stored")
                 return
             }
