@@ -16,7 +16,7 @@ extension PostgresStore {
     {
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
-        return try await transaction { connection in
+        let (appended, read): (AppendResult, RoutingInputsQuery.Row?) = try await transaction { connection in
             if let receipt {
                 // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
                 let inserted = try await connection.rows(
@@ -31,11 +31,20 @@ extension PostgresStore {
                             WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
                             """, logger: logger
                         ).collect().first.map { try $0.decode(String.self) } ?? "{}"
-                    return .repeated(StoredForm.receiptIDs(from: earlier))
+                    return (.repeated(StoredForm.receiptIDs(from: earlier)), nil)
                 }
             }
             let (entries, routed, inputs) = try await insert(encoded, app: app, readingInputs: request, connection: connection)
-            return .stored(entries, routed: routed, inputs: inputs)
+            return (.stored(entries, routed: routed, inputs: nil), inputs)
+        }
+        guard let read, case .stored(let entries, let routed, _) = appended else { return appended }
+        // Decoded after the commit: the receivers' rows the append locked are not held for it, and the messages are stored
+        // whatever it finds (inputs that do not decode are left to the router, which reads them itself).
+        do {
+            return .stored(entries, routed: routed, inputs: try Self.inputs(from: read))
+        } catch {
+            logger.error("the routing inputs read with an append did not decode", metadata: ["error": "\(error)"])
+            return appended
         }
     }
 
@@ -45,7 +54,7 @@ extension PostgresStore {
     func insert(
         _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, readingInputs request: RoutingInputsRequest?,
         connection: PostgresConnection
-    ) async throws -> (entries: [InboxEntry], routed: Set<UInt64>, inputs: RoutingInputs?) {
+    ) async throws -> (entries: [InboxEntry], routed: Set<UInt64>, inputs: RoutingInputsQuery.Row?) {
         let messages = encoded.map(\.new)
         // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
         // receivers lock their rows in the same order and cannot deadlock.
@@ -119,7 +128,7 @@ extension PostgresStore {
                     created: inboxRows.created, counts: inboxRows.counts), logger: logger)
         }
         var routed: Set<UInt64> = []
-        var inputs: RoutingInputs?
+        var inputs: RoutingInputsQuery.Row?
         if !routes.ids.isEmpty {
             let inserted: Bool
             if let request, routes.ids.contains(Int64(bitPattern: request.messageID)) {

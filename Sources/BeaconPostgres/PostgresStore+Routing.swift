@@ -16,21 +16,21 @@ extension PostgresStore {
     }
 
     /// The pending routes of `ids` (as `InsertPendingRoutes`), and in the same statement the routing inputs `request` names:
-    /// whether routes were inserted, and the inputs.
+    /// whether routes were inserted, and the inputs as read (`inputs(from:)` decodes them, after the transaction).
     func insertPendingRoutes(
-        ids: [Int64], created: [Int64], readingInputs request: RoutingInputsRequest, app: Int64,
-        connection: PostgresConnection
-    ) async throws -> (inserted: Bool, inputs: RoutingInputs) {
+        ids: [Int64], created: [Int64], readingInputs request: RoutingInputsRequest, app: Int64, connection: PostgresConnection
+    ) async throws -> (inserted: Bool, inputs: RoutingInputsQuery.Row) {
         let statement = InsertPendingRoutesReadingInputs(
             inputs: RoutingInputsQuery(app: app, recipients: request.recipients, scopes: request.scopes, sender: request.sender),
             ids: ids, created: created)
         guard let row = try await connection.rows(statement, logger: logger).first else {
             throw BeaconError(.internalError, "the pending routes statement returned no row")
         }
-        return (row.inserted > 0, try Self.inputs(from: row.inputs))
+        return (row.inserted > 0, row.inputs)
     }
 
-    private static func inputs(from row: RoutingInputsQuery.Row) throws -> RoutingInputs {
+    /// The routing inputs of a row of `RoutingInputsQuery`'s areas.
+    static func inputs(from row: RoutingInputsQuery.Row) throws -> RoutingInputs {
         let decoder = JSONDecoder()
         func decoded<Value: Decodable>(_ json: String?, as type: [Value].Type) throws -> [Value] {
             guard let json else { return [] }  // json_agg of no rows
@@ -132,7 +132,8 @@ extension PostgresStore {
     }
 
     /// `InsertPendingRoutes` (of `$5` the ids and `$6` their times) with `RoutingInputsQuery`'s areas: a message's append and
-    /// its routing inputs in one round trip. The areas read the snapshot the append's earlier statements left.
+    /// its routing inputs in one round trip. The areas are read as of this statement (read committed: the append's own
+    /// earlier statements and what others committed before it).
     struct InsertPendingRoutesReadingInputs: PostgresPreparedStatement {
         static let sql = """
             WITH route AS (

@@ -35,9 +35,10 @@ extension SQLiteStore {
             let (entries, routed) = try Self.insert(encoded, app: app, db: db)
             return .stored(entries, routed: routed, inputs: nil)
         }
-        // Read after the write, outside it: an embedded engine's reads cost no round trip, and the writer is not held.
+        // Read after the write, outside it: an embedded engine's reads cost no round trip, and the writer is not held. The
+        // messages are stored by now: a read that fails leaves the inputs to the router, which reads them itself.
         guard let request, case .stored(let entries, let routed, _) = appended, routed.contains(request.messageID) else { return appended }
-        let inputs = try await routingInputs(sender: request.sender, recipients: request.recipients, scopes: request.scopes, app: app)
+        let inputs = try? await routingInputs(sender: request.sender, recipients: request.recipients, scopes: request.scopes, app: app)
         return .stored(entries, routed: routed, inputs: inputs)
     }
 

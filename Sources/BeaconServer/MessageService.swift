@@ -109,15 +109,19 @@ final class MessageService: Sendable {
     }
 
     /// The routing inputs to read with a send's append: those of its message that routes pushes, when it is the only one and
-    /// its route is decided in one part (a larger one is routed by the router's tasks, which read each part's inputs).
+    /// has at most `inputsWithAppendLimit` recipients. (A larger group's inputs would be read while the append holds its
+    /// members' rows; the router reads them after, an extra round trip spread over many pushes.)
     private func inputsRequest(_ new: [NewMessage]) -> RoutingInputsRequest? {
         let routing = new.filter(\.routesPushes)
-        guard let router, routing.count == 1, let message = routing.first?.message else { return nil }
+        guard router != nil, routing.count == 1, let message = routing.first?.message else { return nil }
         let recipients = routing[0].deliveries.map(\.username).filter { $0 != message.from }
-        guard recipients.count <= router.partSize else { return nil }
+        guard recipients.count <= Self.inputsWithAppendLimit else { return nil }
         return RoutingInputsRequest(
             messageID: message.id, sender: message.from, recipients: recipients, scopes: RoutingContext.scopes(of: message))
     }
+
+    /// Recipients of a message whose routing inputs its append reads, at most (`inputsRequest`).
+    static let inputsWithAppendLimit = 100
 
     /// A stored send's answer: its message ids by target.
     private static func sentMessages(_ ids: [String: UInt64]) -> [SentMessage] {
@@ -175,9 +179,10 @@ final class MessageService: Sendable {
             let routesPushes = router != nil && PushDecision.mayPush(message) && !recipients.isEmpty
             return NewMessage(message: message, deliveries: deliveries, routesPushes: routesPushes)
         }
+        let inputsRequest = inputsRequest(new)
         let appended: AppendResult
         do {
-            appended = try await store.append(new, app: app.id, receipt: receipt, readingInputs: inputsRequest(new))
+            appended = try await store.append(new, app: app.id, receipt: receipt, readingInputs: inputsRequest)
         } catch let error as BeaconError where error.code == .userNotFound {
             // Found out by the append (an app's send to a peer that does not exist): paced like a refused send, one delivery.
             limiter.refund(app: app.id, user: sender, deliveries: moreDeliveries)
@@ -196,7 +201,8 @@ final class MessageService: Sendable {
                     do {
                         let existing = recipients.filter { $0 != message.from && stored[message.id]?.contains($0) == true }
                         try await router.route(
-                            message, recipients: existing, app: app, online: online, inputs: inputs, handingOn: true)
+                            message, recipients: existing, app: app, online: online,
+                            inputs: message.id == inputsRequest?.messageID ? inputs : nil, handingOn: true)
                     } catch {
                         // The message is stored with its pending route: the router's sweep decides its pushes shortly.
                         logger.error("routing a stored message failed", metadata: ["message": "\(message.id)", "error": "\(error)"])

@@ -11,8 +11,8 @@ import Synchronization
 /// Decides pushes for stored messages (SPEC §3) — after they are stored, never before: a message is stored with a
 /// pending route, then routed, so presence is read once the message is visible to every device's sync.
 ///
-/// - `route` samples presence (or takes what the message's delivery read), reads the receivers' settings and bindings,
-///   renders each receiver's payload outside any transaction, then records the jobs (pushed or skipped with a reason) in
+/// - `route` samples presence (or takes what the message's delivery read), reads the receivers' settings and bindings
+///   (or takes those its append read), renders each receiver's payload outside any transaction, then records the jobs (pushed or skipped with a reason) in
 ///   short transactions, a part of the recipients each, that also move the pending route's progress on (the last
 ///   removes it), so each recipient's pushes are decided once.
 /// - `deviceWentOffline` decides again the messages a device was online for but never acknowledged (its socket died

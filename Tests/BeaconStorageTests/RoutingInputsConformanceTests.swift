@@ -145,14 +145,20 @@ import Testing
             #expect(routed == [1, 2])
             #expect(inputs == expected)
             // A message that routes no pushes, or one not in the append: none.
-            guard
-                case .stored(_, let notRouted, let none) = try await store.append(
-                    [new(3, routes: false), new(4, routes: true)], app: app.id, receipt: nil, readingInputs: request(3))
-            else { return #expect(Bool(false), "expected stored") }
-            #expect(notRouted == [4] && none == nil)
+            for (id, requested, routes) in [(3, 3, false), (4, 99, true)] as [(UInt64, UInt64, Bool)] {
+                guard
+                    case .stored(_, let routed, let none) = try await store.append(
+                        [new(id, routes: routes)], app: app.id, receipt: nil, readingInputs: request(requested))
+                else { return #expect(Bool(false), "expected stored") }
+                #expect(routed == (routes ? [id] : []) && none == nil)
+            }
             // A repeated send stores and reads nothing.
             let receipt = SendReceipt(scope: "rest:alice", reference: "r", now: now)
-            _ = try await store.append([new(5, routes: true)], app: app.id, receipt: receipt, readingInputs: request(5))
+            guard
+                case .stored(_, _, let first) = try await store.append(
+                    [new(5, routes: true)], app: app.id, receipt: receipt, readingInputs: request(5))
+            else { return #expect(Bool(false), "expected stored") }
+            #expect(first == expected)
             #expect(
                 try await store.append([new(6, routes: true)], app: app.id, receipt: receipt, readingInputs: request(6))
                     == .repeated(["bob": 5]))
