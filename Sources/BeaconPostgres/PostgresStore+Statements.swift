@@ -160,7 +160,7 @@ extension PostgresStore {
         func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
     }
 
-    /// A user by name (every session re-reads its own user's row once a second while it writes).
+    /// A user by name (a device session re-reads its own user's row when the sessions' audit has not checked it lately).
     struct UserByName: PostgresPreparedStatement {
         static let sql = """
             SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
@@ -177,13 +177,36 @@ extension PostgresStore {
             return bindings
         }
 
-        func decodeRow(_ row: PostgresRow) throws -> Row {
+        func decodeRow(_ row: PostgresRow) throws -> Row { try Self.user(from: row) }
+
+        /// A row of `users`, its columns in `sql`'s order.
+        static func user(from row: PostgresRow) throws -> UserRecord {
             let (app, username, uuid, passwordHash, nickname, timezone, created, modified, tokensValidAfter, displayStyle) =
                 try row.decode((Int64, String, String, String, String?, String?, Int64, Int64, Int64, Int).self)
             return UserRecord(
                 appID: app, username: username, uuid: uuid, passwordHash: passwordHash, nickname: nickname, timezone: timezone,
                 createdAt: created, modifiedAt: modified, tokensValidAfter: tokensValidAfter, displayStyle: displayStyle)
         }
+    }
+
+    /// Users by name (the sessions' audit reads the users of an app's active sessions together).
+    struct UsersByName: PostgresPreparedStatement {
+        static let sql = """
+            SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
+            FROM users WHERE app_id = $1 AND username = ANY($2::text[])
+            """
+        typealias Row = UserRecord
+        var app: Int64
+        var usernames: [String]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 2)
+            bindings.append(app)
+            bindings.append(usernames)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try UserByName.user(from: row) }
     }
 
     /// The connected devices of some users.

@@ -291,6 +291,11 @@ public final class PostgresStore: BeaconStore {
             tokensValidAfter: try row["tokens_valid_after"].decode(Int64.self), displayStyle: try row["display_style"].decode(Int.self))
     }
 
+    public func users(named usernames: [String], app: Int64) async throws -> [UserRecord] {
+        guard !usernames.isEmpty else { return [] }
+        return try await rows(UsersByName(app: app, usernames: usernames))
+    }
+
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
         guard !usernames.isEmpty else { return [] }
         return Set(

@@ -232,6 +232,19 @@ public final class SQLiteStore: BeaconStore {
             displayStyle: try row.decode(forColumn: "display_style"))
     }
 
+    public func users(named usernames: [String], app: Int64) async throws -> [UserRecord] {
+        guard !usernames.isEmpty else { return [] }
+        return try await read { db in
+            // Chunked to stay under SQLite's host-parameter limit; a name given twice is read once.
+            try Self.chunks(Array(Set(usernames))).flatMap { chunk in
+                try Row.fetchAll(
+                    db, sql: "SELECT * FROM users WHERE app_id = ? AND username IN (\(Self.marks(chunk.count)))",
+                    arguments: StatementArguments([app] + Array(chunk))
+                ).map(Self.userRecord)
+            }
+        }
+    }
+
     public func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String> {
         guard !usernames.isEmpty else { return [] }
         return try await read { db in

@@ -17,6 +17,8 @@ struct RequestIdentity: Sendable {
     let caller: Caller
     /// For a user token, the user it was issued to (the account that holds the name now).
     let user: UserRecord?
+    /// For a bearer token, what it says.
+    var token: TokenClaims? = nil
 }
 
 extension BeaconRequestContext {
@@ -156,7 +158,7 @@ extension API {
         guard let user = try await store.user(username, app: app.id), claims.uid == user.uuid, claims.iat >= user.tokensValidAfter else {
             throw BeaconError(.badAccessToken, "the token was revoked; log in again")
         }
-        return RequestIdentity(app: app, caller: .user(username), user: user)
+        return RequestIdentity(app: app, caller: .user(username), user: user, token: claims)
     }
 
     /// The console session in the request's cookie, as an app caller of `app`; nil without a cookie. Every request made

@@ -46,6 +46,8 @@ public struct BeaconServer: Sendable {
     }
     let switchboard: Switchboard
     let cursors: CursorBook
+    /// Checks the tokens of this node's busy device sessions together.
+    let sessionAudit: SessionAudit
     let messages: MessageService
     let reads: ReadService
     let recalls: RecallService
@@ -93,6 +95,7 @@ public struct BeaconServer: Sendable {
         let metrics = BeaconMetrics()
         self.metrics = metrics
         cursors = CursorBook(store: store, clock: configuration.clock)
+        sessionAudit = SessionAudit(store: store, clock: configuration.clock, logger: logger)
         if let box = configuration.secretBox {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
             pushConfigs = configs
@@ -242,14 +245,14 @@ public struct BeaconServer: Sendable {
             middleware: ErrorMiddleware(clock: configuration.clock, logger: logger, routes: RouteTable(), refusedUpgrades: refusedUpgrades))
         // An upgrade the route answers 200 is accepted: the route leaves the device's connection in the context.
         webSocketRouter.get("/:org/:app/ws") { request, context -> Response in
-            let (app, user, deviceID) = try await authenticateDevice(request, context)
+            let (app, credential, deviceID) = try await authenticateDevice(request, context)
             // Read markers changed after this version are sent after `welcome` (the SDK remembers the last one it saw).
             let readsSince = request.uri.queryParameters.get("reads_since").flatMap { Int64($0) } ?? 0
             let session = DeviceSession(
-                app: app, user: user, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
+                app: app, credential: credential, deviceID: deviceID, readsSince: readsSince, messages: messages, reads: reads,
                 switchboard: switchboard, cursors: cursors,
                 outboxLimit: configuration.outboxLimit, afterRegistered: hooks.afterDeviceRegistered,
-                reauthenticate: { _ = try await authenticateDevice(request, context) }, logger: context.logger)
+                reauthenticate: { _ = try await authenticateDevice(request, context) }, audit: sessionAudit, logger: context.logger)
             context.acceptedUpgrade?.connection = DeviceConnection(session: session)
             return Response(status: .ok)
         }
@@ -280,7 +283,7 @@ public struct BeaconServer: Sendable {
             // Services stop in reverse order: the cluster's last, so that the node leaves once it pushes and serves no more.
             services: (switchboard.link.map { [ClusterService(link: $0, router: pushRouter, logger: logger)] } ?? []) + [
                 RetentionService(store: store, interval: configuration.retentionInterval, clock: configuration.clock, logger: logger),
-                CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger),
+                CursorFlushService(book: cursors, interval: .milliseconds(100), logger: logger), sessionAudit,
             ] + (pushWorker.map { [$0] } ?? []) + (pushRouter.map { [$0] } ?? []) + (webhookSender.map { [$0] } ?? []),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
@@ -291,19 +294,25 @@ public struct BeaconServer: Sendable {
         )
     }
 
-    /// The app, user and device of a WebSocket upgrade: a user token and a `device_id` query parameter.
-    private func authenticateDevice(_ request: Request, _ context: BeaconRequestContext) async throws -> (AppRecord, UserIdentity, String) {
+    /// The app, the user's token and the device of a WebSocket upgrade: a user token and a `device_id` query parameter.
+    private func authenticateDevice(_ request: Request, _ context: BeaconRequestContext) async throws -> (
+        AppRecord, SessionCredential, String
+    ) {
         let app = try await api.app(named: AppKey(org: try context.parameters.require("org"), name: try context.parameters.require("app")))
-        let user = try await api.identify(request, app: app).user
+        let identity = try await api.identify(request, app: app)
         guard let deviceID = request.uri.queryParameters.get("device_id"), (1...128).contains(deviceID.utf8.count) else {
             throw BeaconError.illegal("device_id (1-128 bytes) is required")
         }
         // The origin of Beacon's own notices: a device of that name would never get them.
         guard deviceID != Delivery.noticeOrigin else { throw BeaconError.illegal("device_id '\(deviceID)' is reserved") }
-        guard let user else {
+        guard let user = identity.user, let token = identity.token else {
             throw BeaconError(.badAccessToken, "a device connects with a user token, not an app token")
         }
-        return (app, UserIdentity(username: user.username, uuid: user.uuid), deviceID)
+        return (
+            app,
+            SessionCredential(app: app.id, username: user.username, uuid: user.uuid, issuedAt: token.iat, expiresAt: token.exp),
+            deviceID
+        )
     }
 }
 

@@ -20,8 +20,8 @@ final class Checkpoint: Sendable {
 /// frames it sends, what is written to it, and its end.
 struct DeviceSession {
     let app: AppRecord
-    /// The user the connection's token was issued to.
-    let user: UserIdentity
+    /// What the connection's token says of its user.
+    let credential: SessionCredential
     let deviceID: String
     /// The read-state version the device has seen (`reads_since`): markers changed after it are sent after `welcome`.
     let readsSince: Int64
@@ -34,9 +34,12 @@ struct DeviceSession {
     let afterRegistered: (@Sendable (String, String) async throws -> Void)?
     /// Authenticates the connection's token again (throws when it no longer holds).
     let reauthenticate: @Sendable () async throws -> Void
-    /// When the token was last found to hold (`stillSignedIn`).
+    /// When the token was last found to hold by the session itself (`stillSignedIn`).
     let authenticatedAt = Checkpoint()
-    /// A frame that writes for the user (send, read, badge) re-checks the token when it was last checked longer ago.
+    /// Checks the token with the node's other busy sessions.
+    let audit: SessionAudit
+    /// A frame that writes for the user (send, read, badge), and a delivery, re-check the token when it was last checked
+    /// longer ago.
     static let reauthenticateAfter: Duration = .seconds(1)
     let logger: Logger
 
@@ -46,7 +49,9 @@ struct DeviceSession {
     static let fetchPage = 256
 
     var store: any BeaconStore { messages.store }
-    var username: String { user.username }
+    var username: String { credential.username }
+    /// The user the connection's token was issued to.
+    var user: UserIdentity { UserIdentity(username: credential.username, uuid: credential.uuid) }
 
     /// The session begins (counted until `ended`).
     func began() {
@@ -59,6 +64,7 @@ struct DeviceSession {
     /// graceful shutdown, for good. What is cut short is cancelled: cursors not written stay pending for the next flush,
     /// and pushes not decided again are decided at the next start (`PushRouter.redecideOfflineSkips`).
     func leave(_ outbox: DeviceOutbox) async {
+        audit.forget(ObjectIdentifier(outbox))
         do {
             try await withTimeout(Self.cleanUpTimeout) { await wentAway(outbox) }
         } catch {
@@ -98,6 +104,7 @@ struct DeviceSession {
             try await write(.closing(reason: "kicked"), to: socket)
             return nil
         }
+        audit.watch(ObjectIdentifier(outbox), credential) { outbox.close(reason: "kicked") }
         let cursor = try await cursors.cursor(of: user, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(user, device: deviceID, app: app.id, to: cursor)
@@ -178,12 +185,14 @@ struct DeviceSession {
     }
 
     /// Whether the session may still act and read for its user: not told to close (a kick on this node, the user's
-    /// deletion included), and its token still holds — checked against the store at most every `reauthenticateAfter`, so
-    /// that a session of a deleted user on another node, whose kick is late, acts for or reads of a new user of the name
-    /// that long at most.
+    /// deletion included), and its token still holds — checked against the store at most `reauthenticateAfter` ago (by
+    /// the session, or by a round of the node's `SessionAudit` that began then), so that a session of a deleted user on
+    /// another node, whose kick is late, acts for or reads of a new user of the name that long at most.
     private func stillSignedIn(_ outbox: DeviceOutbox) async -> Bool {
         guard !outbox.isClosing else { return false }
-        guard authenticatedAt.value.duration(to: .now) > Self.reauthenticateAfter else { return true }
+        let ownCheck = authenticatedAt.value
+        let checked = max(ownCheck, audit.verifiedAt(ObjectIdentifier(outbox)) ?? ownCheck)
+        if checked.duration(to: .now) <= Self.reauthenticateAfter, messages.now() < credential.expiresAt { return true }
         do {
             try await reauthenticate()
             authenticatedAt.value = .now

@@ -9,6 +9,8 @@ public protocol UserStore: Sendable {
     func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord]
     /// The subset of `usernames` that exist.
     func existingUsers(_ usernames: [String], app: Int64) async throws -> Set<String>
+    /// The users of `usernames` that exist, in no particular order.
+    func users(named usernames: [String], app: Int64) async throws -> [UserRecord]
     /// Applies `changes`; returns the updated user, or nil if there is none.
     func updateUser(_ username: String, app: Int64, changes: UserChanges, now: Int64) async throws -> UserRecord?
     /// Refuses every token issued to the user before `instant`.

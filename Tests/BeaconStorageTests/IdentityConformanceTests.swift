@@ -13,6 +13,30 @@ import Testing
             collapseID: nil, apnsID: UUID(), payload: #"{"aps":{"alert":"x"}}"#, badgeOffset: 19)
     }
 
+    /// `users(named:)` gives each named user that exists as `user(_:app:)` does, the holder of the name now, of that app only.
+    @Test(arguments: StoreKind.available)
+    func usersByNameAreTheNamesCurrentHolders(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            let other = try await store.createApp(
+                AppKey(org: "acme", name: "other"), clientID: "other", clientSecretHash: "hash", limits: .default, now: now)
+            try await makeUsers(store, app, ["alice", "bob", "carol"])
+            try await makeUsers(store, other, ["dave"])
+            #expect(try await store.deleteUser("bob", app: app.id, now: now))
+            #expect(try await store.deleteUser("carol", app: app.id, now: now))
+            try await makeUsers(store, app, ["carol"])
+            try await store.revokeTokens(of: "alice", app: app.id, before: now + 5)
+            // SQLite reads the names in chunks of 500: more than one.
+            let names = ["alice", "bob", "carol", "dave", "alice"] + (0..<600).map { "ghost\($0)" }
+            let found = try await store.users(named: names, app: app.id).sorted { $0.username < $1.username }
+            var expected: [UserRecord] = []
+            for name in ["alice", "carol"] { expected.append(try #require(try await store.user(name, app: app.id))) }
+            #expect(found == expected)
+            #expect(found.first?.tokensValidAfter == now + 5)
+            #expect(try await store.users(named: [], app: app.id).isEmpty)
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func aDeletedUsersPushRecordsCursorsAndClaimsDoNotReachTheNextHolderOfTheName(kind: StoreKind) async throws {
         try await kind.withStore { store in
