@@ -26,6 +26,9 @@ public struct BeaconHooks: Sendable {
     /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
     /// short.
     public var webSocketPingInterval: Duration = .seconds(30)
+    /// How long the sessions' audit waits between rounds (`SessionAudit.interval`); tests make it long, to leave each
+    /// session to its own checks.
+    public var sessionAuditInterval: Duration = SessionAudit.interval
 
     public init() {}
 }
@@ -95,7 +98,7 @@ public struct BeaconServer: Sendable {
         let metrics = BeaconMetrics()
         self.metrics = metrics
         cursors = CursorBook(store: store, clock: configuration.clock)
-        sessionAudit = SessionAudit(store: store, clock: configuration.clock, logger: logger)
+        sessionAudit = SessionAudit(store: store, clock: configuration.clock, interval: hooks.sessionAuditInterval, logger: logger)
         if let box = configuration.secretBox {
             let configs = PushConfigs(store: store, box: box, routing: configuration.apnsRouting)
             pushConfigs = configs

@@ -193,9 +193,11 @@ struct DeviceSession {
         let ownCheck = authenticatedAt.value
         let checked = max(ownCheck, audit.verifiedAt(ObjectIdentifier(outbox)) ?? ownCheck)
         if checked.duration(to: .now) <= Self.reauthenticateAfter, messages.now() < credential.expiresAt { return true }
+        // Dated before the read, as the audit's marks are.
+        let began = ContinuousClock.now
         do {
             try await reauthenticate()
-            authenticatedAt.value = .now
+            authenticatedAt.value = began
             return true
         } catch {
             outbox.close(reason: "kicked")
@@ -279,14 +281,15 @@ struct DeviceSession {
     func drain(_ outbox: DeviceOutbox, _ socket: DeviceSocket, delivered: Int64) async throws -> Drained {
         var delivered = delivered
         let pending = outbox.take()
-        for reply in pending.replies {
-            try await write(reply, to: socket)
-        }
-        // Messages go only to a session whose token still holds (checked as for a writing frame): a session of a deleted
-        // user whose kick is late reads nothing of a new user of the name, from the store or live.
+        // Messages and frames about the user go only to a session whose token still holds (checked as for a writing
+        // frame): a session of a deleted user whose kick is late reads nothing of a new user of the name, from the store
+        // or live, nor its read state or badge. A closing session gets its answers only.
         var reason = pending.closeReason
-        if reason == nil, !pending.stored.isEmpty || pending.mustFetch || !pending.onlineOnly.isEmpty, !(await stillSignedIn(outbox)) {
+        if reason == nil, pending.readsForTheUser, !(await stillSignedIn(outbox)) {
             reason = "kicked"
+        }
+        for reply in pending.replies where reason == nil || !reply.aboutTheUser {
+            try await write(reply.frame, to: socket)
         }
         if let reason {
             try await write(.closing(reason: reason), to: socket)

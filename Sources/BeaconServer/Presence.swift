@@ -109,7 +109,7 @@ final class ConnectionRegistry: PresenceRegistry {
     /// (`overloaded`: what it missed comes again when it reconnects).
     func send(_ frames: [ServerFrame], toDevicesOf username: String, app: Int64) {
         let outboxes = connections.withLock { $0[UserKey(app: app, username: username)].map { Array($0.values) } ?? [] }
-        for outbox in outboxes where !frames.allSatisfy({ outbox.reply($0) }) {
+        for outbox in outboxes where !frames.allSatisfy({ outbox.reply($0, aboutTheUser: true) }) {
             outbox.close(reason: "overloaded")
         }
     }
@@ -200,7 +200,8 @@ final class DeviceOutbox: Sendable {
     private let sentThrough = Atomic<Int64>(0)
 
     struct Pending {
-        var replies: [ServerFrame] = []
+        /// Answers to the device's frames, and frames about its user (read state, badge: `aboutTheUser`).
+        var replies: [(frame: ServerFrame, aboutTheUser: Bool)] = []
         var stored: [InboxEntry] = []
         var onlineOnly: [Message] = []
         /// Stored messages were dropped (or the device asked to sync): read the store instead.
@@ -209,6 +210,9 @@ final class DeviceOutbox: Sendable {
         var fromAcknowledged = false
         var announceSynced = false
         var closeReason: String?
+
+        /// Whether anything here tells the device of its user's account: messages, or frames about the user.
+        var readsForTheUser: Bool { !stored.isEmpty || mustFetch || !onlineOnly.isEmpty || replies.contains { $0.aboutTheUser } }
     }
 
     init(user: UserKey, deviceID: String, limit: Int) {
@@ -247,12 +251,13 @@ final class DeviceOutbox: Sendable {
         wake()
     }
 
-    /// Queues a direct answer (sent, error, pong). Returns false when the device has stopped reading them.
+    /// Queues a direct answer (sent, error, pong), or with `aboutTheUser` a frame about the user's account that goes to
+    /// each of its devices (read state, badge). Returns false when the device has stopped reading them.
     @discardableResult
-    func reply(_ frame: ServerFrame) -> Bool {
+    func reply(_ frame: ServerFrame, aboutTheUser: Bool = false) -> Bool {
         let accepted = state.withLock { pending in
             guard pending.replies.count < limit else { return false }
-            pending.replies.append(frame)
+            pending.replies.append((frame, aboutTheUser))
             return true
         }
         wake()

@@ -22,11 +22,13 @@ struct SessionCredential: Sendable, Hashable {
     }
 }
 
-/// Checks the tokens of this node's busy device sessions against their users' rows, all of them at once: every
-/// `interval`, one read per app (per `pageSize` users) for the sessions that asked within `busyFor`, instead of one read
-/// per session and second (`DeviceSession.stillSignedIn`). A session whose token no longer holds is closed (`kicked`);
-/// one whose token holds is marked with the instant its round began, which it takes for a check of its own made then.
-final class SessionAudit: Service, Sendable {
+/// Checks the tokens of this node's busy device sessions against their users' rows, all of them at once: a round, then
+/// `interval`'s wait, then the next; a round reads each app's users of the sessions that asked within `busyFor` (one
+/// statement per `pageSize` users), instead of one read per session and second (`DeviceSession.stillSignedIn`). A
+/// session whose token no longer holds is closed (`kicked`); one whose token holds is marked with the instant its app's
+/// read began, which it takes for a check of its own made then. A read that fails or takes longer than a mark is good
+/// for (`DeviceSession.reauthenticateAfter`) marks nothing: those sessions check for themselves.
+public final class SessionAudit: Service, Sendable {
     private struct Watched {
         var credential: SessionCredential
         var close: @Sendable () -> Void
@@ -36,19 +38,21 @@ final class SessionAudit: Service, Sendable {
         var verifiedAt: ContinuousClock.Instant?
     }
 
-    static let interval: Duration = .milliseconds(400)
+    public static let interval: Duration = .milliseconds(400)
     /// A session that has not asked for this long (an idle device) is left out of the rounds until it asks again.
     static let busyFor: Duration = .seconds(10)
     static let pageSize = 1000
 
     let store: any UserStore
     let clock: @Sendable () -> Int64
+    let interval: Duration
     let logger: Logger
     private let watched = Mutex<[ObjectIdentifier: Watched]>([:])
 
-    init(store: any UserStore, clock: @escaping @Sendable () -> Int64, logger: Logger) {
+    init(store: any UserStore, clock: @escaping @Sendable () -> Int64, interval: Duration = SessionAudit.interval, logger: Logger) {
         self.store = store
         self.clock = clock
+        self.interval = interval
         self.logger = logger
     }
 
@@ -70,29 +74,36 @@ final class SessionAudit: Service, Sendable {
         }
     }
 
-    func run() async throws {
+    public func run() async throws {
         while Task.serviceShouldContinue {
             await round()
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.interval) }
+            try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
         }
     }
 
     /// One round: the busy sessions' users read, app by app, and each session marked or closed.
     func round() async {
-        let start = ContinuousClock.now
         let busy = watched.withLock { watched in
-            watched.compactMap { key, entry in entry.askedAt.duration(to: start) < Self.busyFor ? (key, entry.credential) : nil }
+            let now = ContinuousClock.now
+            return watched.compactMap { key, entry in entry.askedAt.duration(to: now) < Self.busyFor ? (key, entry.credential) : nil }
         }
         for (app, sessions) in Dictionary(grouping: busy, by: \.1.app) {
+            guard Task.serviceShouldContinue else { return }
             let usernames = Array(Set(sessions.map(\.1.username)))
-            var users: [String: UserRecord] = [:]
+            // Before the read: a mark is never later than what the read saw.
+            let start = ContinuousClock.now
+            let users: [String: UserRecord]
             do {
-                for page in stride(from: 0, to: usernames.count, by: Self.pageSize) {
-                    let names = Array(usernames[page..<min(page + Self.pageSize, usernames.count)])
-                    for user in try await store.users(named: names, app: app) { users[user.username] = user }
+                users = try await withTimeout(DeviceSession.reauthenticateAfter) { [store] in
+                    var users: [String: UserRecord] = [:]
+                    for page in stride(from: 0, to: usernames.count, by: Self.pageSize) {
+                        let names = Array(usernames[page..<min(page + Self.pageSize, usernames.count)])
+                        for user in try await store.users(named: names, app: app) { users[user.username] = user }
+                    }
+                    return users
                 }
             } catch {
-                // Their marks age: past `DeviceSession.reauthenticateAfter`, each session checks for itself again.
+                // Unmarked, their marks age: past `DeviceSession.reauthenticateAfter`, each session checks for itself again.
                 logger.warning("auditing device sessions failed", metadata: ["app": "\(app)", "error": "\(error)"])
                 continue
             }

@@ -64,10 +64,14 @@ private let phone = String(repeating: "cd", count: 32)
 
     /// A device session of a deleted user acts for and reads of the next holder of the name nothing: on its node the
     /// deletion closes it; where its kick did not arrive (here: the user deleted in the store directly, as another node
-    /// would be told late), what it would read or write re-checks its token once it was last checked over a second ago,
+    /// would be told late), the node's audit of its sessions' tokens closes it, or, with the audit's rounds too far apart
+    /// (the second argument), what it would read or write re-checks its token once it was last checked over a second ago,
     /// and the session is closed instead.
-    @Test func aDeletedUsersSessionCannotActForOrReadOfTheNextHolderOfTheName() async throws {
-        try await TestBeacon.run { beacon in
+    @Test(arguments: [SessionAudit.interval, .seconds(3600)])
+    func aDeletedUsersSessionCannotActForOrReadOfTheNextHolderOfTheName(auditInterval: Duration) async throws {
+        var hooks = BeaconHooks()
+        hooks.sessionAuditInterval = auditInterval
+        try await TestBeacon.run(hooks: hooks) { beacon in
             try await beacon.createUsers("alice", "bob")
             let app = try #require(try await beacon.store.app(AppKey(org: "acme", name: "chat")))
             @Sendable func synced(_ frames: [ServerFrame]) -> Bool { frames.contains { if case .synced = $0 { true } else { false } } }
@@ -90,6 +94,18 @@ private let phone = String(repeating: "cd", count: 32)
             let read = try await reader.frames.wait(until: kicked)
             #expect(!read.contains { if case .message = $0 { true } else { false } }, "\(read)")
             try await reader.close()
+
+            // Nor the new alice's read state.
+            let marker = try await RawDevice.connect(beacon, "alice", device: "watch")
+            _ = try await marker.frames.wait(until: synced)
+            try await recycleAlice()
+            // A message of hers stored without a live delivery (which would close the session itself), then read.
+            let hers = Message(id: 42, from: "bob", to: "alice", chatType: .chat, type: .txt, body: ["msg": "hers"], timestamp: 1)
+            _ = try await beacon.store.append(hers, app: app.id, deliveries: [Delivery(username: "alice")])
+            #expect(try await beacon.rest("POST", "/users/alice/conversations/chat/bob/read").status == 200)
+            let marked = try await marker.frames.wait(until: kicked)
+            #expect(!marked.contains { if case .read = $0 { true } else { false } }, "\(marked)")
+            try await marker.close()
 
             // Writing: a send and a badge of the old session do nothing.
             let writer = try await RawDevice.connect(beacon, "alice", device: "pad")
