@@ -28,7 +28,7 @@ public struct BeaconHooks: Sendable {
     public var webSocketPingInterval: Duration = .seconds(30)
     /// How long the sessions' audit waits between rounds (`SessionAudit.interval`); tests make it long, to leave each
     /// session to its own checks.
-    public var sessionAuditInterval: Duration = SessionAudit.interval
+    public var sessionAuditInterval: Duration = .milliseconds(400)
 
     public init() {}
 }

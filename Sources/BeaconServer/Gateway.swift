@@ -188,8 +188,9 @@ struct DeviceSession {
     /// deletion included), and its token still holds — checked against the store at most `reauthenticateAfter` ago (by
     /// the session, or by a round of the node's `SessionAudit` that began then), so that a session of a deleted user on
     /// another node, whose kick is late, acts for or reads of a new user of the name that long at most.
-    private func stillSignedIn(_ outbox: DeviceOutbox) async -> Bool {
-        guard !outbox.isClosing else { return false }
+    /// `whileClosing`: a connection that is closing is checked too (false then means its token no longer holds).
+    private func stillSignedIn(_ outbox: DeviceOutbox, whileClosing: Bool = false) async -> Bool {
+        guard whileClosing || !outbox.isClosing else { return false }
         let ownCheck = authenticatedAt.value
         let checked = max(ownCheck, audit.verifiedAt(ObjectIdentifier(outbox)) ?? ownCheck)
         if checked.duration(to: .now) <= Self.reauthenticateAfter, messages.now() < credential.expiresAt { return true }
@@ -283,12 +284,12 @@ struct DeviceSession {
         let pending = outbox.take()
         // Messages and frames about the user go only to a session whose token still holds (checked as for a writing
         // frame): a session of a deleted user whose kick is late reads nothing of a new user of the name, from the store
-        // or live, nor its read state or badge. A closing session gets its answers only.
-        var reason = pending.closeReason
-        if reason == nil, pending.readsForTheUser, !(await stillSignedIn(outbox)) {
-            reason = "kicked"
-        }
-        for reply in pending.replies where reason == nil || !reply.aboutTheUser {
+        // or live, nor its read state or badge.
+        // A connection closing for another reason (replaced, logout, overloaded) still gets what was queued for its user
+        // (an overloaded device keeps a prefix of its read markers), its token checked all the same.
+        let revoked = pending.readsForTheUser ? !(await stillSignedIn(outbox, whileClosing: true)) : false
+        let reason = pending.closeReason ?? (revoked ? outbox.closeReason ?? "kicked" : nil)
+        for reply in pending.replies where !(revoked && reply.aboutTheUser) {
             try await write(reply.frame, to: socket)
         }
         if let reason {

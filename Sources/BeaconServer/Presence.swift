@@ -291,7 +291,9 @@ final class DeviceOutbox: Sendable {
     }
 
     /// Whether the connection was told to close (kicked, replaced, logged out, overloaded).
-    var isClosing: Bool { state.withLock { $0.closeReason != nil } }
+    var isClosing: Bool { closeReason != nil }
+    /// Why the connection is to close (nil: it is not).
+    var closeReason: String? { state.withLock { $0.closeReason } }
 
     /// The writer is about to send everything up to `seq` (the device may acknowledge it from now on).
     func noteSending(through seq: Int64) {

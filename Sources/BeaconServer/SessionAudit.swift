@@ -26,9 +26,9 @@ struct SessionCredential: Sendable, Hashable {
 /// `interval`'s wait, then the next; a round reads each app's users of the sessions that asked within `busyFor` (one
 /// statement per `pageSize` users), instead of one read per session and second (`DeviceSession.stillSignedIn`). A
 /// session whose token no longer holds is closed (`kicked`); one whose token holds is marked with the instant its app's
-/// read began, which it takes for a check of its own made then. A read that fails or takes longer than a mark is good
-/// for (`DeviceSession.reauthenticateAfter`) marks nothing: those sessions check for themselves.
-public final class SessionAudit: Service, Sendable {
+/// read began, which it takes for a check of its own made then. A read that fails marks nothing, and a slow one only
+/// marks that are old already: past `DeviceSession.reauthenticateAfter`, those sessions check for themselves.
+final class SessionAudit: Service, Sendable {
     private struct Watched {
         var credential: SessionCredential
         var close: @Sendable () -> Void
@@ -38,7 +38,7 @@ public final class SessionAudit: Service, Sendable {
         var verifiedAt: ContinuousClock.Instant?
     }
 
-    public static let interval: Duration = .milliseconds(400)
+    static let interval: Duration = .milliseconds(400)
     /// A session that has not asked for this long (an idle device) is left out of the rounds until it asks again.
     static let busyFor: Duration = .seconds(10)
     static let pageSize = 1000
@@ -74,10 +74,13 @@ public final class SessionAudit: Service, Sendable {
         }
     }
 
-    public func run() async throws {
+    func run() async throws {
+        // A round that hangs on the store does not hold the shutdown up: it is cancelled with the wait.
         while Task.serviceShouldContinue {
-            await round()
-            try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
+            try? await cancelWhenGracefulShutdown { [interval] in
+                await self.round()
+                try await Task.sleep(for: interval)
+            }
         }
     }
 
@@ -92,19 +95,17 @@ public final class SessionAudit: Service, Sendable {
             let usernames = Array(Set(sessions.map(\.1.username)))
             // Before the read: a mark is never later than what the read saw.
             let start = ContinuousClock.now
-            let users: [String: UserRecord]
+            var users: [String: UserRecord] = [:]
             do {
-                users = try await withTimeout(DeviceSession.reauthenticateAfter) { [store] in
-                    var users: [String: UserRecord] = [:]
-                    for page in stride(from: 0, to: usernames.count, by: Self.pageSize) {
-                        let names = Array(usernames[page..<min(page + Self.pageSize, usernames.count)])
-                        for user in try await store.users(named: names, app: app) { users[user.username] = user }
-                    }
-                    return users
+                for page in stride(from: 0, to: usernames.count, by: Self.pageSize) {
+                    let names = Array(usernames[page..<min(page + Self.pageSize, usernames.count)])
+                    for user in try await store.users(named: names, app: app) { users[user.username] = user }
                 }
             } catch {
                 // Unmarked, their marks age: past `DeviceSession.reauthenticateAfter`, each session checks for itself again.
-                logger.warning("auditing device sessions failed", metadata: ["app": "\(app)", "error": "\(error)"])
+                if !Task.isCancelled {
+                    logger.warning("auditing device sessions failed", metadata: ["app": "\(app)", "error": "\(error)"])
+                }
                 continue
             }
             let now = clock()
