@@ -16,7 +16,30 @@ extension PostgresStore {
     {
         let encoded = try StoredForm.encode(messages)
         let resultsText = try StoredForm.receiptIDs(of: messages)
-        let (appended, read): (AppendResult, RoutingInputsQuery.Row?) = try await transaction { connection in
+        // One round trip for a send whose receivers need not exist (a device's, a user's); an app's send to users that must
+        // exist fails as a whole, naming the first missing, in a transaction.
+        let oneStatement = !messages.contains { $0.deliveries.contains(where: \.required) }
+        let (appended, read) =
+            oneStatement
+            ? try await appendInOneStatement(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request)
+            : try await appendInTransaction(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request)
+        guard let read, case .stored(let entries, let routed, _) = appended else { return appended }
+        // Decoded after the commit: the receivers' rows the append locked are not held for it, and the messages are stored
+        // whatever it finds (inputs that do not decode are left to the router, which reads them itself).
+        do {
+            return .stored(entries, routed: routed, inputs: try Self.inputs(from: read))
+        } catch {
+            logger.error("the routing inputs read with an append did not decode", metadata: ["error": "\(error)"])
+            return appended
+        }
+    }
+
+    /// `append` in a transaction: the receipt, then `insert`.
+    private func appendInTransaction(
+        _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, receipt: SendReceipt?, resultsText: String,
+        readingInputs request: RoutingInputsRequest?
+    ) async throws -> (AppendResult, RoutingInputsQuery.Row?) {
+        try await transaction { connection in
             if let receipt {
                 // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
                 let inserted = try await connection.rows(
@@ -37,15 +60,6 @@ extension PostgresStore {
             let (entries, routed, inputs) = try await insert(encoded, app: app, readingInputs: request, connection: connection)
             return (.stored(entries, routed: routed, inputs: nil), inputs)
         }
-        guard let read, case .stored(let entries, let routed, _) = appended else { return appended }
-        // Decoded after the commit: the receivers' rows the append locked are not held for it, and the messages are stored
-        // whatever it finds (inputs that do not decode are left to the router, which reads them itself).
-        do {
-            return .stored(entries, routed: routed, inputs: try Self.inputs(from: read))
-        } catch {
-            logger.error("the routing inputs read with an append did not decode", metadata: ["error": "\(error)"])
-            return appended
-        }
     }
 
     /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has
@@ -55,92 +69,49 @@ extension PostgresStore {
         _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, readingInputs request: RoutingInputsRequest?,
         connection: PostgresConnection
     ) async throws -> (entries: [InboxEntry], routed: Set<UInt64>, inputs: RoutingInputsQuery.Row?) {
-        let messages = encoded.map(\.new)
-        // Every receiver's sequence is taken in username order, whatever the order of the messages: two sends that share
-        // receivers lock their rows in the same order and cannot deadlock.
-        let receivers = Array(Set(messages.flatMap { $0.deliveries.map(\.username) })).sorted()
-        var counts: [String: Int] = [:]
-        for new in messages { for delivery in new.deliveries { counts[delivery.username, default: 0] += 1 } }
-        // One statement reserves every receiver's sequence numbers, row locks taken in username order.
-        var firstSeq: [String: Int64] = [:]
-        if !receivers.isEmpty {
-            let amounts = receivers.map { Int64(counts[$0] ?? 0) }
-            let reserved = try await connection.rows(ReserveSequences(app: app, usernames: receivers, amounts: amounts), logger: logger)
-            for (username, before) in reserved { firstSeq[username] = before }
+        let rows = AppendRows(encoded)
+        // One statement reserves every receiver's sequence numbers, row locks taken in username order, whatever the order of
+        // the messages: two sends that share receivers lock their rows in the same order and cannot deadlock.
+        var before: [String: Int64] = [:]
+        if !rows.receivers.isEmpty {
+            let reserved = try await connection.rows(
+                ReserveSequences(app: app, usernames: rows.receivers, amounts: rows.amounts), logger: logger)
+            for (username, first) in reserved { before[username] = first }
         }
         // The first missing in the messages' order, as SQLite names it.
-        if let missing = messages.lazy.flatMap(\.deliveries).first(where: { $0.required && firstSeq[$0.username] == nil }) {
+        if let missing = encoded.lazy.flatMap(\.new.deliveries).first(where: { $0.required && before[$0.username] == nil }) {
             throw BeaconError(.userNotFound, "user \(missing.username) does not exist")
         }
-        var entries: [InboxEntry] = []
-        var messageRows:
-            (
-                ids: [Int64], senders: [String], recipients: [String], chatTypes: [String], types: [String], bodies: [String],
-                exts: [String], timestamps: [Int64]
-            ) = ([], [], [], [], [], [], [], [])
-        // postgres-nio binds arrays without NULL elements: no origin device is "" here (device ids are never empty).
-        var inboxRows:
-            (
-                usernames: [String], seqs: [Int64], ids: [Int64], conversations: [String], chatTypes: [String],
-                origins: [String], created: [Int64], counts: [Bool]
-            ) = ([], [], [], [], [], [], [], [])
-        var routes: (ids: [Int64], created: [Int64]) = ([], [])
-        for (new, id, body, ext) in encoded {
-            let message = new.message
-            messageRows.ids.append(id)
-            messageRows.senders.append(message.from)
-            messageRows.recipients.append(message.to)
-            messageRows.chatTypes.append(message.chatType.rawValue)
-            messageRows.types.append(message.type.rawValue)
-            messageRows.bodies.append(body)
-            messageRows.exts.append(ext)
-            messageRows.timestamps.append(message.timestamp)
-            let countsAsUnread = message.countsAsUnread
-            for delivery in new.deliveries {
-                guard let before = firstSeq[delivery.username] else { continue }  // no such user
-                let seq = before + 1
-                firstSeq[delivery.username] = seq
-                inboxRows.usernames.append(delivery.username)
-                inboxRows.seqs.append(seq)
-                inboxRows.ids.append(id)
-                inboxRows.conversations.append(message.conversation(for: delivery.username).description)
-                inboxRows.chatTypes.append(message.chatType.rawValue)
-                inboxRows.origins.append(delivery.originDevice ?? "")
-                inboxRows.created.append(message.timestamp)
-                inboxRows.counts.append(countsAsUnread && delivery.username != message.from)
-                entries.append(InboxEntry(username: delivery.username, seq: seq, message: message, originDevice: delivery.originDevice))
-            }
-            if new.routesPushes {
-                routes.ids.append(id)
-                routes.created.append(message.timestamp)
-            }
-        }
+        let entries = rows.entries(before: before)
         _ = try await connection.rows(
             InsertMessages(
-                app: app, ids: messageRows.ids, senders: messageRows.senders, recipients: messageRows.recipients,
-                chatTypes: messageRows.chatTypes, types: messageRows.types, bodies: messageRows.bodies, exts: messageRows.exts,
-                timestamps: messageRows.timestamps), logger: logger)
-        if !inboxRows.seqs.isEmpty {
+                app: app, ids: rows.messages.ids, senders: rows.messages.senders, recipients: rows.messages.recipients,
+                chatTypes: rows.messages.chatTypes, types: rows.messages.types, bodies: rows.messages.bodies, exts: rows.messages.exts,
+                timestamps: rows.messages.timestamps), logger: logger)
+        if !entries.isEmpty {
+            // The rows of receivers that exist, in the entries' order.
+            let kept = rows.inbox.usernames.indices.filter { before[rows.inbox.usernames[$0]] != nil }
             _ = try await connection.rows(
                 InsertInboxEntries(
-                    app: app, usernames: inboxRows.usernames, seqs: inboxRows.seqs, ids: inboxRows.ids,
-                    conversations: inboxRows.conversations, chatTypes: inboxRows.chatTypes, origins: inboxRows.origins,
-                    created: inboxRows.created, counts: inboxRows.counts), logger: logger)
+                    app: app, usernames: entries.map(\.username), seqs: entries.map(\.seq), ids: kept.map { rows.inbox.ids[$0] },
+                    conversations: kept.map { rows.inbox.conversations[$0] }, chatTypes: kept.map { rows.inbox.chatTypes[$0] },
+                    origins: kept.map { rows.inbox.origins[$0] }, created: kept.map { rows.inbox.created[$0] },
+                    counts: kept.map { rows.inbox.counts[$0] }), logger: logger)
         }
         var routed: Set<UInt64> = []
         var inputs: RoutingInputsQuery.Row?
-        if !routes.ids.isEmpty {
+        if !rows.routes.ids.isEmpty {
             let inserted: Bool
-            if let request, routes.ids.contains(Int64(bitPattern: request.messageID)) {
+            if let request, rows.routing.contains(request.messageID) {
                 (inserted, inputs) = try await insertPendingRoutes(
-                    ids: routes.ids, created: routes.created, readingInputs: request, app: app, connection: connection)
+                    ids: rows.routes.ids, created: rows.routes.created, readingInputs: request, app: app, connection: connection)
             } else {
-                let rows = try await connection.rows(
-                    InsertPendingRoutes(app: app, ids: routes.ids, created: routes.created), logger: logger)
-                inserted = !rows.isEmpty
+                let routes = try await connection.rows(
+                    InsertPendingRoutes(app: app, ids: rows.routes.ids, created: rows.routes.created), logger: logger)
+                inserted = !routes.isEmpty
             }
             if inserted {
-                routed = Set(encoded.filter(\.new.routesPushes).map(\.new.message.id))
+                routed = rows.routing
             } else {
                 inputs = nil
             }

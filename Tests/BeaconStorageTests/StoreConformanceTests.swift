@@ -374,6 +374,43 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
         }
     }
 
+    /// Retries of one send racing each other store it once: one is stored, the others answer its message ids. Receivers
+    /// that do not exist (none required) get nothing; the others' sequences run on without a gap.
+    @Test(arguments: StoreKind.available)
+    func racingRetriesOfOneSendStoreItOnce(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob", "carol"])
+            let receipt = SendReceipt(scope: "ws:alice/phone", reference: "s1", now: now)
+            let results = try await withThrowingTaskGroup(of: AppendResult.self) { group in
+                for attempt in 0..<8 {
+                    group.addTask {
+                        try await store.append(
+                            [
+                                NewMessage(
+                                    message: text(UInt64(100 + attempt), from: "alice", to: "g", chatType: .groupchat),
+                                    deliveries: ["bob", "zed", "carol", "alice"].map { Delivery(username: $0) }, routesPushes: true)
+                            ], app: app.id, receipt: receipt)
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let stored = results.compactMap { result -> (entries: [InboxEntry], routed: Set<UInt64>)? in
+                guard case .stored(let entries, let routed, _) = result else { return nil }
+                return (entries, routed)
+            }
+            try #require(stored.count == 1)
+            let id = try #require(stored[0].entries.first?.message.id)
+            #expect(stored[0].entries.map(\.username) == ["bob", "carol", "alice"] && stored[0].entries.allSatisfy { $0.seq == 1 })
+            #expect(stored[0].routed == [id])
+            #expect(results.filter { $0 == .repeated(["g": id]) }.count == 7)
+            #expect(try await store.pendingRoutes(before: now + 1, limit: 10).map(\.message.id) == [id])
+            // The next message's sequences follow.
+            let next = try await store.append(text(200, from: "bob", to: "carol"), app: app.id, deliveries: [Delivery(username: "carol")])
+            #expect(next.map(\.seq) == [2])
+        }
+    }
+
     @Test(arguments: StoreKind.available)
     func retentionForgetsReceiptsAndCursorsOfLongGoneDevices(kind: StoreKind) async throws {
         try await kind.withStore { store in
