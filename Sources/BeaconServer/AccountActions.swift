@@ -12,9 +12,9 @@ struct AccountActions: Sendable {
     /// token still held) ends too, and none of the old user's devices stays online to receive what is sent to a new user of
     /// the name. False when there was no such user.
     func delete(_ username: String, app: AppRecord) async throws -> Bool {
-        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
+        await switchboard.disconnectAll(of: username, app: app.id, reason: DeviceSession.kicked)
         let deleted = try await store.deleteUser(username, app: app.id, now: clock())
-        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
+        await switchboard.disconnectAll(of: username, app: app.id, reason: DeviceSession.kicked)
         return deleted
     }
 
@@ -23,6 +23,6 @@ struct AccountActions: Sendable {
     func kick(_ username: String, app: AppRecord) async throws {
         try await store.revokeTokens(of: username, app: app.id, before: clock() + 1)
         try await store.unbindAll(username: username, app: app.id)
-        await switchboard.disconnectAll(of: username, app: app.id, reason: "kicked")
+        await switchboard.disconnectAll(of: username, app: app.id, reason: DeviceSession.kicked)
     }
 }

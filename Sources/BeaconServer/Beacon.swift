@@ -26,8 +26,8 @@ public struct BeaconHooks: Sendable {
     /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
     /// short.
     public var webSocketPingInterval: Duration = .seconds(30)
-    /// How long the sessions' audit waits between rounds (`SessionAudit.interval`); tests make it long, to leave each
-    /// session to its own checks.
+    /// How long the sessions' audit waits after each round (`SessionAudit`); tests make it long, to leave each session to
+    /// its own checks.
     public var sessionAuditInterval: Duration = .milliseconds(400)
 
     public init() {}

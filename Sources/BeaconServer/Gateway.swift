@@ -41,6 +41,8 @@ struct DeviceSession {
     /// A frame that writes for the user (send, read, badge), and a delivery, re-check the token when it was last checked
     /// longer ago.
     static let reauthenticateAfter: Duration = .seconds(1)
+    /// The close reason of a session whose user was deleted or signed out, or whose token no longer holds.
+    static let kicked = "kicked"
     let logger: Logger
 
     static let maxFrameBytes = 64 * 1024
@@ -101,10 +103,10 @@ struct DeviceSession {
         do {
             try await reauthenticate()
         } catch {
-            try await write(.closing(reason: "kicked"), to: socket)
+            try await write(.closing(reason: Self.kicked), to: socket)
             return nil
         }
-        audit.watch(ObjectIdentifier(outbox), credential) { outbox.close(reason: "kicked") }
+        audit.watch(ObjectIdentifier(outbox), credential) { outbox.close(reason: Self.kicked) }
         let cursor = try await cursors.cursor(of: user, device: deviceID, app: app.id)
         // Seen now: the cursor of a device that comes back is kept through retention.
         cursors.advance(user, device: deviceID, app: app.id, to: cursor)
@@ -201,7 +203,7 @@ struct DeviceSession {
             authenticatedAt.value = began
             return true
         } catch {
-            outbox.close(reason: "kicked")
+            outbox.close(reason: Self.kicked)
             return false
         }
     }
@@ -285,10 +287,13 @@ struct DeviceSession {
         // Messages and frames about the user go only to a session whose token still holds (checked as for a writing
         // frame): a session of a deleted user whose kick is late reads nothing of a new user of the name, from the store
         // or live, nor its read state or badge.
-        // A connection closing for another reason (replaced, logout, overloaded) still gets what was queued for its user
-        // (an overloaded device keeps a prefix of its read markers), its token checked all the same.
-        let revoked = pending.readsForTheUser ? !(await stillSignedIn(outbox, whileClosing: true)) : false
-        let reason = pending.closeReason ?? (revoked ? outbox.closeReason ?? "kicked" : nil)
+        // A connection kicked on this node (its user deleted or signed out) gets none of it either; one closing for another
+        // reason (replaced, logout, overloaded) still gets what was queued for its user (an overloaded device keeps a
+        // prefix of its read markers), its token checked all the same.
+        let kicked = (pending.closeReason ?? outbox.closeReason) == Self.kicked
+        var revoked = kicked
+        if !kicked, pending.readsForTheUser { revoked = !(await stillSignedIn(outbox, whileClosing: true)) }
+        let reason = pending.closeReason ?? (revoked ? outbox.closeReason ?? Self.kicked : nil)
         for reply in pending.replies where !(revoked && reply.aboutTheUser) {
             try await write(reply.frame, to: socket)
         }

@@ -38,7 +38,6 @@ final class SessionAudit: Service, Sendable {
         var verifiedAt: ContinuousClock.Instant?
     }
 
-    static let interval: Duration = .milliseconds(400)
     /// A session that has not asked for this long (an idle device) is left out of the rounds until it asks again.
     static let busyFor: Duration = .seconds(10)
     static let pageSize = 1000
@@ -49,7 +48,8 @@ final class SessionAudit: Service, Sendable {
     let logger: Logger
     private let watched = Mutex<[ObjectIdentifier: Watched]>([:])
 
-    init(store: any UserStore, clock: @escaping @Sendable () -> Int64, interval: Duration = SessionAudit.interval, logger: Logger) {
+    /// `interval`: the wait after each round (`BeaconHooks.sessionAuditInterval`).
+    init(store: any UserStore, clock: @escaping @Sendable () -> Int64, interval: Duration, logger: Logger) {
         self.store = store
         self.clock = clock
         self.interval = interval

@@ -67,7 +67,7 @@ private let phone = String(repeating: "cd", count: 32)
     /// would be told late), the node's audit of its sessions' tokens closes it, or, with the audit's rounds too far apart
     /// (the second argument), what it would read or write re-checks its token once it was last checked over a second ago,
     /// and the session is closed instead.
-    @Test(arguments: [Duration.milliseconds(400), .seconds(3600)])
+    @Test(arguments: [BeaconHooks().sessionAuditInterval, .seconds(3600)])
     func aDeletedUsersSessionCannotActForOrReadOfTheNextHolderOfTheName(auditInterval: Duration) async throws {
         var hooks = BeaconHooks()
         hooks.sessionAuditInterval = auditInterval

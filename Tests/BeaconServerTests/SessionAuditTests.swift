@@ -28,7 +28,7 @@ import Testing
                 AppKey(org: "acme", name: "other"), clientID: "other", clientSecretHash: "h", limits: .default, now: Self.now)
 
             let reads = Reads(store)
-            let audit = SessionAudit(store: reads, clock: { Self.now + 10 }, logger: Logger(label: "test"))
+            let audit = SessionAudit(store: reads, clock: { Self.now + 10 }, interval: .seconds(1), logger: Logger(label: "test"))
             let closed = Mutex<Set<String>>([])
             let sessions = [
                 ("alice", app.id, Self.now + 60_000), ("bob", app.id, Self.now + 60_000), ("carol", app.id, Self.now + 60_000),
@@ -66,7 +66,7 @@ import Testing
             let alice = try #require(
                 try await store.createUsers([NewUser(username: "alice", passwordHash: "h")], app: app.id, now: Self.now).first)
             let reads = Reads(store)
-            let audit = SessionAudit(store: reads, clock: { Self.now }, logger: Logger(label: "test"))
+            let audit = SessionAudit(store: reads, clock: { Self.now }, interval: .seconds(1), logger: Logger(label: "test"))
             let first = SessionCredential(
                 app: app.id, username: "alice", uuid: alice.uuid, issuedAt: Self.now, expiresAt: Self.now + 60_000)
             let session = Session(name: "alice", credential: first)

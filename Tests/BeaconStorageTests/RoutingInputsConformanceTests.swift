@@ -117,8 +117,10 @@ import Testing
 
     /// An append asked for a message's routing inputs gives what `routingInputs` gives once the message is stored, when
     /// that message got a pending route; nothing otherwise.
-    @Test(arguments: StoreKind.available)
-    func anAppendReadsTheRoutingInputsOfTheMessageItRoutes(kind: StoreKind) async throws {
+    /// `required`: the receiver must exist (an app's send), which PostgreSQL appends in a transaction rather than one
+    /// statement.
+    @Test(arguments: StoreKind.available, [false, true])
+    func anAppendReadsTheRoutingInputsOfTheMessageItRoutes(kind: StoreKind, required: Bool) async throws {
         try await kind.withStore { store in
             let app = try await makeApp(store)
             _ = try await store.createUsers(
@@ -128,7 +130,9 @@ import Testing
             try await store.bind(
                 PushBinding(username: "bob", deviceID: "d1", notifier: "ios", deviceToken: "b1", boundAt: now), app: app.id)
             func new(_ id: UInt64, routes: Bool) -> NewMessage {
-                NewMessage(message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob")], routesPushes: routes)
+                NewMessage(
+                    message: text(id, from: "alice", to: "bob"), deliveries: [Delivery(username: "bob", required: required)],
+                    routesPushes: routes)
             }
             func request(_ id: UInt64) -> RoutingInputsRequest {
                 RoutingInputsRequest(messageID: id, sender: "alice", recipients: ["bob", "dave"], scopes: ["", "chat:alice"])

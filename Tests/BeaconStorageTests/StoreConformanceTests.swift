@@ -404,10 +404,54 @@ func text(_ id: UInt64, from: String, to: String, chatType: ChatType = .chat, at
             #expect(stored[0].entries.map(\.username) == ["bob", "carol", "alice"] && stored[0].entries.allSatisfy { $0.seq == 1 })
             #expect(stored[0].routed == [id])
             #expect(results.filter { $0 == .repeated(["g": id]) }.count == 7)
+            for attempt in 0..<8 where 100 + UInt64(attempt) != id {
+                #expect(try await store.message(100 + UInt64(attempt), app: app.id) == nil)
+            }
+            #expect(try await store.inbox(of: "bob", app: app.id, after: 0, limit: 10).map(\.message.id) == [id])
             #expect(try await store.pendingRoutes(before: now + 1, limit: 10).map(\.message.id) == [id])
             // The next message's sequences follow.
             let next = try await store.append(text(200, from: "bob", to: "carol"), app: app.id, deliveries: [Delivery(username: "carol")])
             #expect(next.map(\.seq) == [2])
+        }
+    }
+
+    /// One send to several targets numbers each receiver's rows in the messages' order (the sender's copies too); a target
+    /// none of whose receivers exists is stored for nobody; a send that fails stores nothing, its receipt and sequences
+    /// included, and the next one follows without a gap.
+    @Test(arguments: StoreKind.available)
+    func aSendToSeveralTargetsNumbersEachReceiverInOrderAndAFailedOneLeavesNoGap(kind: StoreKind) async throws {
+        try await kind.withStore { store in
+            let app = try await makeApp(store)
+            try await makeUsers(store, app, ["alice", "bob"])
+            func group(_ id: UInt64, _ target: String, _ receivers: [String]) -> NewMessage {
+                NewMessage(
+                    message: text(id, from: "alice", to: target, chatType: .groupchat),
+                    deliveries: receivers.map { Delivery(username: $0, originDevice: $0 == "alice" ? "phone" : nil) })
+            }
+            let receipt = SendReceipt(scope: "ws:alice/phone", reference: "multi", now: now)
+            guard
+                case .stored(let entries, _, _) = try await store.append(
+                    [group(1, "g1", ["bob", "alice"]), group(2, "g2", ["zed"]), group(3, "g3", ["bob", "alice"])], app: app.id,
+                    receipt: receipt)
+            else { return #expect(Bool(false), "expected stored") }
+            #expect(
+                entries.map { "\($0.username) \($0.seq) \($0.message.id) \($0.originDevice ?? "-")" } == [
+                    "bob 1 1 -", "alice 1 1 phone", "bob 2 3 -", "alice 2 3 phone",
+                ])
+            #expect(try await store.message(2, app: app.id) != nil)  // stored, for nobody
+            #expect(
+                try await store.sentMessages(scope: receipt.scope, reference: receipt.reference, app: app.id) == [
+                    "g1": 1, "g2": 2, "g3": 3,
+                ])
+
+            let failing = SendReceipt(scope: "ws:alice/phone", reference: "fails", now: now)
+            await #expect(throws: (any Error).self) {
+                _ = try await store.append([group(4, "g1", ["bob"]), group(1, "g3", ["bob"])], app: app.id, receipt: failing)
+            }
+            #expect(try await store.sentMessages(scope: failing.scope, reference: failing.reference, app: app.id) == nil)
+            #expect(try await store.message(4, app: app.id) == nil)
+            let next = try await store.append(text(5, from: "alice", to: "bob"), app: app.id, deliveries: [Delivery(username: "bob")])
+            #expect(next.map(\.seq) == [3])
         }
     }
 

@@ -61,7 +61,7 @@ struct PresenceRoutes: AppRouteCollection {
         let (app, user) = try await api.pathUser(context)
         let deviceID = try context.parameters.require("device_id")
         let wasOnline = try await online(user, app: app).contains(deviceID)
-        await switchboard.disconnect(DeviceKey(app: app.id, username: user.username, deviceID: deviceID), reason: "kicked")
+        await switchboard.disconnect(DeviceKey(app: app.id, username: user.username, deviceID: deviceID), reason: DeviceSession.kicked)
         return api.respond(request, app: app, action: "delete", data: ["result": .bool(wasOnline)] as JSONValue)
     }
 
