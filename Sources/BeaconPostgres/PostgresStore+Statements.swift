@@ -162,10 +162,10 @@ extension PostgresStore {
 
     /// A user by name (a device session re-reads its own user's row when the sessions' audit has not checked it lately).
     struct UserByName: PostgresPreparedStatement {
-        static let sql = """
-            SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
-            FROM users WHERE app_id = $1 AND username = $2
-            """
+        static let sql = "SELECT \(columns) FROM users WHERE app_id = $1 AND username = $2"
+        /// The columns `user(from:)` decodes, in its order.
+        static let columns =
+            "app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style"
         typealias Row = UserRecord
         var app: Int64
         var username: String
@@ -179,7 +179,7 @@ extension PostgresStore {
 
         func decodeRow(_ row: PostgresRow) throws -> Row { try Self.user(from: row) }
 
-        /// A row of `users`, its columns in `sql`'s order.
+        /// A row of `users`, its columns `columns`.
         static func user(from row: PostgresRow) throws -> UserRecord {
             let (app, username, uuid, passwordHash, nickname, timezone, created, modified, tokensValidAfter, displayStyle) =
                 try row.decode((Int64, String, String, String, String?, String?, Int64, Int64, Int64, Int).self)
@@ -191,10 +191,7 @@ extension PostgresStore {
 
     /// Users by name (the sessions' audit reads the users of an app's active sessions together).
     struct UsersByName: PostgresPreparedStatement {
-        static let sql = """
-            SELECT app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style
-            FROM users WHERE app_id = $1 AND username = ANY($2::text[])
-            """
+        static let sql = "SELECT \(UserByName.columns) FROM users WHERE app_id = $1 AND username = ANY($2::text[])"
         typealias Row = UserRecord
         var app: Int64
         var usernames: [String]

@@ -271,16 +271,13 @@ public final class PostgresStore: BeaconStore {
     public func users(app: Int64, after: String?, prefix: String?, limit: Int) async throws -> [UserRecord] {
         try await rows(
             """
-            SELECT \(unescaped: Self.userColumns) FROM users
+            SELECT \(unescaped: UserByName.columns) FROM users
             WHERE app_id = \(app) AND (\(after)::text IS NULL OR username COLLATE "C" > \(after)::text)
                 AND (\(prefix)::text IS NULL OR starts_with(username, \(prefix)::text))
             ORDER BY username COLLATE "C" LIMIT \(max(limit, 0))
             """
         ).map(Self.userRecord)
     }
-
-    private static let userColumns =
-        "app_id, username, uuid, password_hash, nickname, timezone, created_at, modified_at, tokens_valid_after, display_style"
 
     private static func userRecord(_ row: PostgresRandomAccessRow) throws -> UserRecord {
         UserRecord(

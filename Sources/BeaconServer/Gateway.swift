@@ -41,7 +41,8 @@ struct DeviceSession {
     /// A frame that writes for the user (send, read, badge), and a delivery, re-check the token when it was last checked
     /// longer ago.
     static let reauthenticateAfter: Duration = .seconds(1)
-    /// The close reason of a session whose user was deleted or signed out, or whose token no longer holds.
+    /// The close reason of a session whose user was deleted or signed out, whose token no longer holds, or whose device
+    /// the app disconnected.
     static let kicked = "kicked"
     let logger: Logger
 
@@ -287,12 +288,14 @@ struct DeviceSession {
         // Messages and frames about the user go only to a session whose token still holds (checked as for a writing
         // frame): a session of a deleted user whose kick is late reads nothing of a new user of the name, from the store
         // or live, nor its read state or badge.
-        // A connection kicked on this node (its user deleted or signed out) gets none of it either; one closing for another
-        // reason (replaced, logout, overloaded) still gets what was queued for its user (an overloaded device keeps a
-        // prefix of its read markers), its token checked all the same.
-        let kicked = (pending.closeReason ?? outbox.closeReason) == Self.kicked
-        var revoked = kicked
-        if !kicked, pending.readsForTheUser { revoked = !(await stillSignedIn(outbox, whileClosing: true)) }
+        // A connection kicked on this node (its user deleted or signed out, or the device disconnected by the app), even
+        // after it was closing for another reason, gets none of it either; one closing only for another reason (replaced,
+        // logout, overloaded, shutdown) still gets what was queued for its user (an overloaded device keeps a prefix of its
+        // read markers), its token checked all the same.
+        var revoked = pending.kicked || outbox.wasKicked
+        if !revoked, pending.readsForTheUser {
+            revoked = !(await stillSignedIn(outbox, whileClosing: true)) || outbox.wasKicked  // or kicked meanwhile
+        }
         let reason = pending.closeReason ?? (revoked ? outbox.closeReason ?? Self.kicked : nil)
         for reply in pending.replies where !(revoked && reply.aboutTheUser) {
             try await write(reply.frame, to: socket)

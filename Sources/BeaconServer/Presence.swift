@@ -210,6 +210,8 @@ final class DeviceOutbox: Sendable {
         var fromAcknowledged = false
         var announceSynced = false
         var closeReason: String?
+        /// Kicked, whether or not it was the first reason to close.
+        var kicked = false
 
         /// Whether anything here tells the device of its user's account: messages, or frames about the user.
         var readsForTheUser: Bool { !stored.isEmpty || mustFetch || !onlineOnly.isEmpty || replies.contains { $0.aboutTheUser } }
@@ -285,8 +287,13 @@ final class DeviceOutbox: Sendable {
         wake()
     }
 
+    /// Closes the connection; the first reason given is the one the device is told. A kick (`DeviceSession.kicked`) is
+    /// noted whenever it comes (`wasKicked`).
     func close(reason: String) {
-        state.withLock { $0.closeReason = $0.closeReason ?? reason }
+        state.withLock { state in
+            state.closeReason = state.closeReason ?? reason
+            state.kicked = state.kicked || reason == DeviceSession.kicked
+        }
         wake()
     }
 
@@ -294,6 +301,8 @@ final class DeviceOutbox: Sendable {
     var isClosing: Bool { closeReason != nil }
     /// Why the connection is to close (nil: it is not).
     var closeReason: String? { state.withLock { $0.closeReason } }
+    /// Whether the connection was kicked, first or after another reason: nothing about its user goes to it any more.
+    var wasKicked: Bool { state.withLock { $0.kicked } }
 
     /// The writer is about to send everything up to `seq` (the device may acknowledge it from now on).
     func noteSending(through seq: Int64) {
@@ -314,7 +323,7 @@ final class DeviceOutbox: Sendable {
     func take() -> Pending {
         state.withLock { pending in
             let taken = pending
-            pending = Pending(closeReason: pending.closeReason)
+            pending = Pending(closeReason: pending.closeReason, kicked: pending.kicked)
             return taken
         }
     }

@@ -42,6 +42,19 @@ import Testing
         #expect(outbox.take().closeReason == "kicked")
     }
 
+    /// A kick after another reason to close is still noted (nothing about the user goes out any more), while the device is
+    /// told the first reason.
+    @Test func aKickAfterAnotherReasonIsNoted() {
+        let outbox = DeviceOutbox(user: UserKey(app: 1, username: "bob"), deviceID: "d", limit: 8)
+        outbox.close(reason: "shutdown")
+        #expect(!outbox.wasKicked && !outbox.take().kicked)
+        outbox.close(reason: DeviceSession.kicked)
+        #expect(outbox.wasKicked && outbox.closeReason == "shutdown")
+        let pending = outbox.take()
+        #expect(pending.kicked && pending.closeReason == "shutdown")
+        #expect(outbox.take().kicked)  // kept, as the reason is
+    }
+
     @Test func presenceListsConnectedDevicesAndReplacesTheSameDevice() {
         let registry = ConnectionRegistry()
         let first = DeviceOutbox(user: UserKey(app: 1, username: "bob"), deviceID: "phone", limit: 8)
