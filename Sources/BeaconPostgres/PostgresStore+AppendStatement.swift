@@ -5,8 +5,8 @@ import PostgresNIO
 // A send's append as one statement: its receipt, its receivers' sequences (row locks in username order), its messages,
 // their inbox rows and pending routes, as data-modifying CTEs that commit together. In a transaction the same append was
 // BEGIN, four or five statements and COMMIT — six or seven round trips, the receivers' rows held from the sequences on.
-// A send with a receiver that must exist (`Delivery.required`) keeps the transaction: it fails as a whole, naming the
-// first receiver missing, which one statement cannot say.
+// A send with a receiver that must exist (`Delivery.required`) runs it in a transaction, which rolls back when one is
+// missing; so does a recall's notice, in the recall's transaction.
 
 /// A send's rows as the append's statements bind them, built before any sequence is known: each inbox row keeps its
 /// place among its receiver's rows of the send (`offsets`, from 1), its sequence once the receiver's is reserved.
@@ -77,10 +77,13 @@ struct AppendRows {
 }
 
 extension PostgresStore {
-    /// `append` in one statement, for a send none of whose receivers is `required`.
-    func appendInOneStatement(
+    /// Stores `encoded` with `AppendStatement` (and the routing inputs `request` names, when its message routes pushes):
+    /// on the pool, committing on its own, or in the transaction of `connection`. A receiver that must exist
+    /// (`Delivery.required`) and does not fails it with `userNotFound`, naming the first in the messages' order: only in a
+    /// transaction, which rolls back.
+    func append(
         _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, receipt: SendReceipt?, resultsText: String,
-        readingInputs request: RoutingInputsRequest?
+        readingInputs request: RoutingInputsRequest?, on connection: PostgresConnection?
     ) async throws -> (AppendResult, RoutingInputsQuery.Row?) {
         let rows = AppendRows(encoded)
         let append = AppendStatement(app: app, receipt: receipt, resultsText: resultsText, rows: rows)
@@ -90,15 +93,10 @@ extension PostgresStore {
             let statement = AppendReadingInputs(
                 inputs: RoutingInputsQuery(app: app, recipients: request.recipients, scopes: request.scopes, sender: request.sender),
                 append: append)
-            guard let row = try await retryingDeadlocks({ try await self.rows(statement).first }) else {
-                throw BeaconError(.internalError, "the append returned no row")
-            }
+            let row = try await firstRow(statement, on: connection)
             (answer, inputs) = (row.append, row.inputs)
         } else {
-            guard let row = try await retryingDeadlocks({ try await self.rows(append).first }) else {
-                throw BeaconError(.internalError, "the append returned no row")
-            }
-            answer = row
+            answer = try await firstRow(append, on: connection)
         }
         guard answer.stored else {
             // The receipt's reference was stored before (a retry), by a transaction committed by now: its answer.
@@ -107,8 +105,27 @@ extension PostgresStore {
         }
         // Receivers that do not exist are not among them (nil: none exists).
         let before = Dictionary(zip(answer.receivers ?? [], answer.befores ?? []), uniquingKeysWith: { first, _ in first })
+        if connection != nil,
+            let missing = encoded.lazy.flatMap(\.new.deliveries).first(where: { $0.required && before[$0.username] == nil })
+        {
+            throw BeaconError(.userNotFound, "user \(missing.username) does not exist")
+        }
         let routed = answer.routed ? rows.routing : []
         return (.stored(rows.entries(before: before), routed: routed, inputs: nil), answer.routed ? inputs : nil)
+    }
+
+    /// The statement's one row, run on `connection`, or on the pool (retrying a deadlock's victim) when nil.
+    private func firstRow<Statement: PostgresPreparedStatement>(_ statement: Statement, on connection: PostgresConnection?)
+        async throws -> Statement.Row
+    {
+        let row =
+            if let connection {
+                try await connection.rows(statement, logger: logger).first
+            } else {
+                try await retryingDeadlocks { try await self.rows(statement).first }
+            }
+        guard let row else { throw BeaconError(.internalError, "the append returned no row") }
+        return row
     }
 
     /// Runs `body` again (up to five times in all) when PostgreSQL chose it as a deadlock's victim.

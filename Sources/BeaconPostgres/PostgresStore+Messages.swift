@@ -18,11 +18,13 @@ extension PostgresStore {
         let resultsText = try StoredForm.receiptIDs(of: messages)
         // One round trip for a send whose receivers need not exist (a device's, a user's); an app's send to users that must
         // exist fails as a whole, naming the first missing, in a transaction.
-        let oneStatement = !messages.contains { $0.deliveries.contains(where: \.required) }
+        let required = messages.contains { $0.deliveries.contains(where: \.required) }
         let (appended, read) =
-            oneStatement
-            ? try await appendInOneStatement(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request)
-            : try await appendInTransaction(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request)
+            required
+            ? try await transaction { connection in
+                try await append(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request, on: connection)
+            }
+            : try await append(encoded, app: app, receipt: receipt, resultsText: resultsText, readingInputs: request, on: nil)
         guard let read, case .stored(let entries, let routed, _) = appended else { return appended }
         // Decoded after the commit: the receivers' rows the append locked are not held for it, and the messages are stored
         // whatever it finds (inputs that do not decode are left to the router, which reads them itself).
@@ -32,91 +34,6 @@ extension PostgresStore {
             logger.error("the routing inputs read with an append did not decode", metadata: ["error": "\(error)"])
             return appended
         }
-    }
-
-    /// `append` in a transaction: the receipt, then `insert`.
-    private func appendInTransaction(
-        _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, receipt: SendReceipt?, resultsText: String,
-        readingInputs request: RoutingInputsRequest?
-    ) async throws -> (AppendResult, RoutingInputsQuery.Row?) {
-        try await transaction { connection in
-            if let receipt {
-                // The receipt row is the lock: a concurrent retry with the same reference waits here, then finds it.
-                let inserted = try await connection.rows(
-                    InsertReceipt(app: app, scope: receipt.scope, reference: receipt.reference, messageIDs: resultsText, now: receipt.now),
-                    logger: logger
-                ).count
-                if inserted == 0 {
-                    let earlier =
-                        try await connection.query(
-                            """
-                            SELECT message_ids FROM send_receipts
-                            WHERE app_id = \(app) AND scope = \(receipt.scope) AND reference = \(receipt.reference)
-                            """, logger: logger
-                        ).collect().first.map { try $0.decode(String.self) } ?? "{}"
-                    return (.repeated(StoredForm.receiptIDs(from: earlier)), nil)
-                }
-            }
-            let (entries, routed, inputs) = try await insert(encoded, app: app, readingInputs: request, connection: connection)
-            return (.stored(entries, routed: routed, inputs: nil), inputs)
-        }
-    }
-
-    /// Inserts messages with their inbox entries (deliveries to users that do not exist are skipped) and, when the app has
-    /// a push configuration, the pending routes of those that route pushes (their ids returned), with the routing inputs
-    /// `request` names when its message is one of those.
-    func insert(
-        _ encoded: [(new: NewMessage, id: Int64, body: String, ext: String)], app: Int64, readingInputs request: RoutingInputsRequest?,
-        connection: PostgresConnection
-    ) async throws -> (entries: [InboxEntry], routed: Set<UInt64>, inputs: RoutingInputsQuery.Row?) {
-        let rows = AppendRows(encoded)
-        // One statement reserves every receiver's sequence numbers, row locks taken in username order, whatever the order of
-        // the messages: two sends that share receivers lock their rows in the same order and cannot deadlock.
-        var before: [String: Int64] = [:]
-        if !rows.receivers.isEmpty {
-            let reserved = try await connection.rows(
-                ReserveSequences(app: app, usernames: rows.receivers, amounts: rows.amounts), logger: logger)
-            for (username, first) in reserved { before[username] = first }
-        }
-        // The first missing in the messages' order, as SQLite names it.
-        if let missing = encoded.lazy.flatMap(\.new.deliveries).first(where: { $0.required && before[$0.username] == nil }) {
-            throw BeaconError(.userNotFound, "user \(missing.username) does not exist")
-        }
-        let entries = rows.entries(before: before)
-        _ = try await connection.rows(
-            InsertMessages(
-                app: app, ids: rows.messages.ids, senders: rows.messages.senders, recipients: rows.messages.recipients,
-                chatTypes: rows.messages.chatTypes, types: rows.messages.types, bodies: rows.messages.bodies, exts: rows.messages.exts,
-                timestamps: rows.messages.timestamps), logger: logger)
-        if !entries.isEmpty {
-            // The rows of receivers that exist, in the entries' order.
-            let kept = rows.inbox.usernames.indices.filter { before[rows.inbox.usernames[$0]] != nil }
-            _ = try await connection.rows(
-                InsertInboxEntries(
-                    app: app, usernames: entries.map(\.username), seqs: entries.map(\.seq), ids: kept.map { rows.inbox.ids[$0] },
-                    conversations: kept.map { rows.inbox.conversations[$0] }, chatTypes: kept.map { rows.inbox.chatTypes[$0] },
-                    origins: kept.map { rows.inbox.origins[$0] }, created: kept.map { rows.inbox.created[$0] },
-                    counts: kept.map { rows.inbox.counts[$0] }), logger: logger)
-        }
-        var routed: Set<UInt64> = []
-        var inputs: RoutingInputsQuery.Row?
-        if !rows.routes.ids.isEmpty {
-            let inserted: Bool
-            if let request, rows.routing.contains(request.messageID) {
-                (inserted, inputs) = try await insertPendingRoutes(
-                    ids: rows.routes.ids, created: rows.routes.created, readingInputs: request, app: app, connection: connection)
-            } else {
-                let routes = try await connection.rows(
-                    InsertPendingRoutes(app: app, ids: rows.routes.ids, created: rows.routes.created), logger: logger)
-                inserted = !routes.isEmpty
-            }
-            if inserted {
-                routed = rows.routing
-            } else {
-                inputs = nil
-            }
-        }
-        return (entries, routed, inputs)
     }
 
     public func inbox(of username: String, app: Int64, after seq: Int64, limit: Int) async throws -> [InboxEntry] {

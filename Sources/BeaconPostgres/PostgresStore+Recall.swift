@@ -68,7 +68,10 @@ extension PostgresStore {
                 """, logger: logger)
             var notice = encoded
             notice[0].new.deliveries = holders.map { Delivery(username: $0, originDevice: Delivery.noticeOrigin) }
-            let entries = try await insert(notice, app: app, readingInputs: nil, connection: connection).entries
+            guard
+                case (.stored(let entries, _, _), _) = try await append(
+                    notice, app: app, receipt: nil, resultsText: "{}", readingInputs: nil, on: connection)
+            else { throw BeaconError(.internalError, "a recall's notice was not stored") }
             try await connection.query("DELETE FROM inbox WHERE app_id = \(app) AND message_id = \(id)", logger: logger)
             try await connection.query("DELETE FROM messages WHERE app_id = \(app) AND id = \(id)", logger: logger)
             // After the deletion: each withdrawal carries its receiver's badge without the recalled message.

@@ -15,20 +15,6 @@ extension PostgresStore {
         return try Self.inputs(from: row)
     }
 
-    /// The pending routes of `ids` (as `InsertPendingRoutes`), and in the same statement the routing inputs `request` names:
-    /// whether routes were inserted, and the inputs as read (`inputs(from:)` decodes them, after the transaction).
-    func insertPendingRoutes(
-        ids: [Int64], created: [Int64], readingInputs request: RoutingInputsRequest, app: Int64, connection: PostgresConnection
-    ) async throws -> (inserted: Bool, inputs: RoutingInputsQuery.Row) {
-        let statement = InsertPendingRoutesReadingInputs(
-            inputs: RoutingInputsQuery(app: app, recipients: request.recipients, scopes: request.scopes, sender: request.sender),
-            ids: ids, created: created)
-        guard let row = try await connection.rows(statement, logger: logger).first else {
-            throw BeaconError(.internalError, "the pending routes statement returned no row")
-        }
-        return (row.inserted > 0, row.inputs)
-    }
-
     /// The routing inputs of a row of `RoutingInputsQuery`'s areas.
     static func inputs(from row: RoutingInputsQuery.Row) throws -> RoutingInputs {
         let decoder = JSONDecoder()
@@ -128,45 +114,6 @@ extension PostgresStore {
             return Row(
                 notifiers: notifiers, policy: policy, templates: templates, settings: settings, profiles: profiles,
                 senderNickname: senderNickname, bindings: bindings)
-        }
-    }
-
-    /// `InsertPendingRoutes` (of `$5` the ids and `$6` their times) with `RoutingInputsQuery`'s areas: a message's append and
-    /// its routing inputs in one round trip. The areas are read as of this statement (read committed: the append's own
-    /// earlier statements and what others committed before it).
-    struct InsertPendingRoutesReadingInputs: PostgresPreparedStatement {
-        static let sql = """
-            WITH route AS (
-                INSERT INTO pending_routes (app_id, message_id, created_at)
-                SELECT $1, r.id, r.created FROM unnest($5::bigint[], $6::bigint[]) AS r(id, created)
-                WHERE EXISTS (SELECT 1 FROM push_configs WHERE app_id = $1)
-                RETURNING 1
-            )
-            SELECT (SELECT count(*) FROM route)::int4,
-            """ + RoutingInputsQuery.columns
-        struct Row {
-            var inserted: Int32
-            var inputs: RoutingInputsQuery.Row
-        }
-        var inputs: RoutingInputsQuery
-        var ids: [Int64]
-        var created: [Int64]
-
-        func makeBindings() throws -> PostgresBindings {
-            var bindings = try inputs.makeBindings()
-            bindings.append(ids)
-            bindings.append(created)
-            return bindings
-        }
-
-        func decodeRow(_ row: PostgresRow) throws -> Row {
-            let (inserted, notifiers, policy, templates, settings, profiles, senderNickname, bindings) =
-                try row.decode((Int32, String?, String?, String?, String?, String?, String?, String?).self)
-            return Row(
-                inserted: inserted,
-                inputs: RoutingInputsQuery.Row(
-                    notifiers: notifiers, policy: policy, templates: templates, settings: settings, profiles: profiles,
-                    senderNickname: senderNickname, bindings: bindings))
         }
     }
 }
