@@ -3,8 +3,8 @@ import BeaconStorage
 import PostgresNIO
 
 // A send's append as one statement: its receipt, its receivers' sequences (row locks in username order), its messages,
-// their inbox rows and pending routes, as data-modifying CTEs that commit together. In a transaction the same append was
-// BEGIN, four or five statements and COMMIT — six or seven round trips, the receivers' rows held from the sequences on.
+// their inbox rows and pending routes, as data-modifying CTEs that commit together. (Statement by statement, the same
+// append was BEGIN, four or five statements and COMMIT — six or seven round trips, the receivers' rows held throughout.)
 // A send with a receiver that must exist (`Delivery.required`) runs it in a transaction, which rolls back when one is
 // missing; so does a recall's notice, in the recall's transaction.
 
@@ -101,7 +101,8 @@ extension PostgresStore {
         guard answer.stored else {
             // The receipt's reference was stored before (a retry), by a transaction committed by now: its answer.
             guard let receipt else { throw BeaconError(.internalError, "an append without a receipt stored nothing") }
-            return (.repeated(try await sentMessages(scope: receipt.scope, reference: receipt.reference, app: app) ?? [:]), nil)
+            let earlier = try await sentMessages(scope: receipt.scope, reference: receipt.reference, app: app, on: connection)
+            return (.repeated(earlier ?? [:]), nil)
         }
         // Receivers that do not exist are not among them (nil: none exists).
         let before = Dictionary(zip(answer.receivers ?? [], answer.befores ?? []), uniquingKeysWith: { first, _ in first })
@@ -181,7 +182,8 @@ extension PostgresStore {
                     WHERE (SELECT yes FROM go) AND EXISTS (SELECT 1 FROM push_configs WHERE app_id = \(p(0)))
                     RETURNING 1)
                 SELECT (SELECT yes FROM go), EXISTS (SELECT 1 FROM routes),
-                    (SELECT array_agg(username) FROM reserved), (SELECT array_agg(before) FROM reserved)
+                    (SELECT array_agg(username ORDER BY username) FROM reserved),
+                    (SELECT array_agg(before ORDER BY username) FROM reserved)
                 """
         }
 

@@ -6,9 +6,20 @@ import PostgresNIO
 /// Messages, inboxes, cursors and retention.
 extension PostgresStore {
     public func sentMessages(scope: String, reference: String, app: Int64) async throws -> [String: UInt64]? {
-        try await rows(
+        try await sentMessages(scope: scope, reference: reference, app: app, on: nil)
+    }
+
+    /// `sentMessages`, on `connection` (a transaction's, which must not wait for a second one from the pool) or the pool.
+    func sentMessages(scope: String, reference: String, app: Int64, on connection: PostgresConnection?) async throws -> [String: UInt64]? {
+        let query: PostgresQuery =
             "SELECT message_ids FROM send_receipts WHERE app_id = \(app) AND scope = \(scope) AND reference = \(reference)"
-        ).first.map { StoredForm.receiptIDs(from: try $0[0].decode(String.self)) }
+        let text =
+            if let connection {
+                try await connection.query(query, logger: logger).collect().first.map { try $0.decode(String.self) }
+            } else {
+                try await rows(query).first.map { try $0[0].decode(String.self) }
+            }
+        return text.map(StoredForm.receiptIDs(from:))
     }
 
     public func append(_ messages: [NewMessage], app: Int64, receipt: SendReceipt?, readingInputs request: RoutingInputsRequest?)
