@@ -2,7 +2,7 @@ import BeaconCore
 import BeaconStorage
 import PostgresNIO
 
-/// Several nodes on one database: membership, presence, mailboxes and their wake-ups.
+/// Several nodes on one database: membership, presence, mailboxes and notifications.
 extension PostgresStore: ClusterStore {
     /// No slot is free: 1024 nodes are live.
     public struct ClusterFull: Error, CustomStringConvertible {
@@ -15,8 +15,8 @@ extension PostgresStore: ClusterStore {
     /// A rescuer whose previous beat is older than this (ms) was held up itself: it declares nobody dead this round.
     static let steadyBeat: Int64 = 2500
 
-    /// The channel a node's wake-ups arrive on.
-    static func wakeupChannel(of node: Int64) -> String { "beacon_node_\(node)" }
+    /// The channel a node's notifications arrive on.
+    static func channel(of node: Int64) -> String { "beacon_node_\(node)" }
 
     // MARK: Membership
 
@@ -236,17 +236,24 @@ extension PostgresStore: ClusterStore {
         ).map { try $0["body"].decode(String.self) }
     }
 
-    public func wake(_ nodes: Set<Int64>) async throws {
-        guard !nodes.isEmpty else { return }
-        try await execute("SELECT pg_notify(c, '') FROM unnest(\(nodes.sorted().map(Self.wakeupChannel))::text[]) AS c")
+    public func notify(_ notifications: [Letter]) async throws {
+        guard !notifications.isEmpty else { return }
+        // A function scan yields the arrays' elements in order, and pg_notify queues its notifications in call order.
+        try await execute(
+            """
+            SELECT pg_notify(c, b) FROM unnest(\(notifications.map { Self.channel(of: $0.node) })::text[],
+                \(notifications.map(\.body))::text[]) AS n(c, b)
+            """)
     }
 
-    public func listenForWakeups(of node: Int64, _ onWakeup: @escaping @Sendable () -> Void) async throws {
+    public func listen(for node: Int64, _ onSignal: @escaping @Sendable (NodeSignal) -> Void) async throws {
         // A pool connection kept for as long as this listens: when it fails, the sequence throws and the pool replaces it.
         try await client.withConnection { connection in
-            try await connection.listen(on: Self.wakeupChannel(of: node)) { notifications in
-                onWakeup()  // whatever was posted while nobody listened
-                for try await _ in notifications { onWakeup() }
+            try await connection.listen(on: Self.channel(of: node)) { notifications in
+                onSignal(.listening)
+                for try await notification in notifications {
+                    onSignal(notification.payload.isEmpty ? .wakeup : .notice(notification.payload))
+                }
             }
         }
     }

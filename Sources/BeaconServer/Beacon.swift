@@ -21,6 +21,9 @@ public struct BeaconHooks: Sendable {
     /// Called after each heartbeat of a cluster node was recorded (several nodes only): a test holds a node's next
     /// heartbeats there.
     public var afterHeartbeat: (@Sendable () async -> Void)?
+    /// Called before a cluster node starts listening for notifications, and before each time it listens again after its
+    /// connection failed (several nodes only): a test holds a node deaf there.
+    public var beforeListening: (@Sendable () async -> Void)?
     /// Recipients a message's route decides and records at a time (`PushRouter.partSize`); tests make it small.
     public var routePartSize = 1000
     /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
@@ -43,9 +46,10 @@ public struct BeaconServer: Sendable {
     public var clusterNode: ClusterNode? { switchboard.link?.node }
     /// Whether this node is, by its last heartbeat, the only one in its cluster (it then reads presence from memory).
     public var isAloneInCluster: Bool { switchboard.link?.isAlone ?? false }
-    /// Letters this node posted to others and wake-up notifications it sent, so far (nil alone on SQLite): for benchmarks.
+    /// Letters this node posted to others' mailboxes and notifications it sent them (wake-ups and notices), so far (nil
+    /// alone on SQLite): for benchmarks and tests.
     public var clusterTraffic: (letters: Int, notifications: Int)? {
-        switchboard.link.map { ($0.lettersPosted, $0.wakeups.notificationsSent) }
+        switchboard.link.map { ($0.lettersPosted, $0.notifications.notificationsSent) }
     }
     let switchboard: Switchboard
     let cursors: CursorBook
@@ -87,7 +91,8 @@ public struct BeaconServer: Sendable {
             idSlot = node.slot
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
-                beforePresenceRemoval: hooks.beforePresenceRemoval, afterHeartbeat: hooks.afterHeartbeat)
+                beforePresenceRemoval: hooks.beforePresenceRemoval, afterHeartbeat: hooks.afterHeartbeat,
+                beforeListening: hooks.beforeListening)
             // One beat before serving: a node that finds itself alone opens registrations at once (`Solitude`).
             let sent = ContinuousClock.now
             guard let others = try await shared.heartbeat(node) else { throw ClusterService.DeclaredDead() }

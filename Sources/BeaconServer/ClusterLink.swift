@@ -1,60 +1,21 @@
 import BeaconCore
-import BeaconProtocol
 import BeaconStorage
 import Foundation
 import Logging
 import Synchronization
 
-/// What one node tells another through its mailbox.
-enum ClusterNotice: Codable, Sendable {
-    /// New stored messages for these users' devices, handed over as they are (a device that finds a gap reads the store).
-    case deliver(app: Int64, entries: [RelayedEntry])
-    /// New stored messages for these users: their devices read them from the store (too many to hand over).
-    case fetch(app: Int64, users: [String])
-    /// An online-only message (never stored) for these users' devices.
-    case online(app: Int64, message: Message, to: [String], exceptDevice: String?)
-    /// Frames for every connected device of the user (read markers).
-    case frames(app: Int64, username: String, frames: [ServerFrame])
-    /// Close every connection of the user (kicked, deleted).
-    case closeUser(app: Int64, username: String, reason: String)
-    /// Close this connection of the device (it connected to another node), or whichever it has when nil (kicked).
-    case closeDevice(app: Int64, username: String, deviceID: String, connection: Int64?, reason: String)
-    /// A node died: messages it stored may never have been announced, so every connected device reads the store.
-    case resync
-}
-
-extension Message {
-    /// Whether a letter may carry the message itself (at most 64 of them): a text or a small custom body.
-    var isSmallEnoughToRelay: Bool {
-        guard let encoded = try? JSONEncoder().encode(self) else { return false }
-        return encoded.count <= 4096
-    }
-}
-
-/// An inbox entry as a letter carries it.
-struct RelayedEntry: Codable, Sendable {
-    var username: String
-    var seq: Int64
-    var message: Message
-    var originDevice: String?
-
-    init(_ entry: InboxEntry) {
-        (username, seq, message, originDevice) = (entry.username, entry.seq, entry.message, entry.originDevice)
-    }
-
-    var entry: InboxEntry { InboxEntry(username: username, seq: seq, message: message, originDevice: originDevice) }
-}
-
-/// This node's link to the others through the shared database: presence, and notices posted to the mailboxes of the nodes
-/// holding the devices concerned, each node woken by a coalesced notification (`ClusterService` reads its own mailbox).
+/// This node's link to the others through the shared database: presence, and notices for the nodes holding the devices
+/// concerned. New stored messages go in notifications (coalesced: those queued while one round trip runs go in the next);
+/// other notices, and those too large for a notification, are posted to the nodes' mailboxes, each node woken by a
+/// notification. `ClusterService` sends the notifications, and acts on what arrives in the order it arrives.
 final class ClusterLink: Sendable {
     let store: any ClusterStore
     let node: ClusterNode
     let local: ConnectionRegistry
     let clock: @Sendable () -> Int64
     let logger: Logger
-    /// Nodes to wake, sent together by `ClusterService`.
-    let wakeups = PendingWakeups()
+    /// Notifications to send, sent together by `ClusterService`.
+    let notifications = PendingNotifications()
     private let posted = Atomic<Int>(0)
     /// Wakes `ClusterService`'s resync loop.
     let resyncs = WakeSignal()
@@ -67,6 +28,8 @@ final class ClusterLink: Sendable {
     let beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)?
     /// `BeaconHooks.afterHeartbeat`.
     let afterHeartbeat: (@Sendable () async -> Void)?
+    /// `BeaconHooks.beforeListening`.
+    let beforeListening: (@Sendable () async -> Void)?
     /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
     private let failedRemovals = Mutex<[FailedRemoval]>([])
 
@@ -92,7 +55,7 @@ final class ClusterLink: Sendable {
     init(
         store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
         beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil,
-        afterHeartbeat: (@Sendable () async -> Void)? = nil
+        afterHeartbeat: (@Sendable () async -> Void)? = nil, beforeListening: (@Sendable () async -> Void)? = nil
     ) {
         self.store = store
         self.node = node
@@ -101,6 +64,7 @@ final class ClusterLink: Sendable {
         self.logger = logger
         self.beforePresenceRemoval = beforePresenceRemoval
         self.afterHeartbeat = afterHeartbeat
+        self.beforeListening = beforeListening
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
@@ -231,11 +195,9 @@ final class ClusterLink: Sendable {
         try await store.reconcilePresence(node: node.epoch, live: { [local] in local.registeredConnections })
     }
 
-    /// A letter hands over at most this many entries; beyond, it names the users and their devices read the store.
-    static let entriesPerLetter = 64
-
-    /// Hands freshly stored entries to the other nodes holding connected devices of their users. Returns the devices of
-    /// those users online on any node, as read for it, or nil when it failed.
+    /// Hands freshly stored entries to the other nodes holding connected devices of their users, in notifications (those
+    /// that do not fit in one are posted). Returns the devices of those users online on any node, as read for it, or nil
+    /// when it failed.
     @discardableResult
     func relay(_ entries: [InboxEntry], app: Int64) async -> [String: Set<String>]? {
         let users = Array(Set(entries.map(\.username)))
@@ -249,17 +211,35 @@ final class ClusterLink: Sendable {
                     usersByNode[connection.node, default: []].insert(username)
                 }
             }
-            // Large messages are not copied into letters either: a letter stays small whatever the message.
-            let small = entries.allSatisfy { $0.message.isSmallEnoughToRelay }
-            try await postOnce(
-                usersByNode.mapValues { users in
-                    let mine = entries.filter { users.contains($0.username) }
-                    return small && mine.count <= Self.entriesPerLetter
-                        ? .deliver(app: app, entries: mine.map(RelayedEntry.init)) : .fetch(app: app, users: users.sorted())
-                })
+            var carried: [Letter] = []
+            var tooLarge: [Int64: ClusterNotice] = [:]
+            for (target, users) in usersByNode {
+                if let notification = Self.notification(handing: entries.filter { users.contains($0.username) }, to: target, app: app) {
+                    carried.append(notification)
+                } else {
+                    tooLarge[target] = .fetch(app: app, users: users.sorted())
+                }
+            }
+            try await postOnce(tooLarge)
+            notifications.add(carried)
             online = connections.mapValues { Set($0.keys) }
         }
         return online
+    }
+
+    /// The notification that hands `entries` to `node`: the entries themselves when they fit, else their users' names
+    /// (their devices read the store); nil when even the names do not fit (a letter, then).
+    static func notification(handing entries: [InboxEntry], to node: Int64, app: Int64) -> Letter? {
+        let encoder = JSONEncoder()
+        let handed = ClusterNotice.deliver(app: app, entries: entries.map(RelayedEntry.init))
+        if let body = try? encoder.encode(handed), body.count < Letter.notificationLimit {
+            return Letter(node: node, body: String(decoding: body, as: UTF8.self))
+        }
+        let named = ClusterNotice.fetch(app: app, users: Set(entries.map(\.username)).sorted())
+        if let body = try? encoder.encode(named), body.count < Letter.notificationLimit {
+            return Letter(node: node, body: String(decoding: body, as: UTF8.self))
+        }
+        return nil
     }
 
     /// Posts `notice` to every other node holding a connected device of `usernames`.
@@ -278,10 +258,43 @@ final class ClusterLink: Sendable {
     private func postOnce(_ notices: [Int64: ClusterNotice]) async throws {
         guard !notices.isEmpty else { return }
         let encoder = JSONEncoder()
-        let letters = try notices.map { Letter(node: $0.key, body: String(decoding: try encoder.encode($0.value), as: UTF8.self)) }
+        try await post(
+            letters: try notices.map { Letter(node: $0.key, body: String(decoding: try encoder.encode($0.value), as: UTF8.self)) },
+            wakingAtOnce: notices.values.contains(where: \.closesConnections))
+    }
+
+    /// Posts the letters to their nodes' mailboxes, then wakes the nodes: with the queued notifications, or at once. A close
+    /// is woken at once, before its caller goes on: a node acts on what arrives in the order it arrives, so a user deleted
+    /// here is closed there before a message to a new user of the name, sent afterwards, is handed over.
+    private func post(letters: [Letter], wakingAtOnce: Bool = false) async throws {
         try await store.post(letters)
         posted.add(letters.count, ordering: .relaxed)
-        wakeups.add(Set(notices.keys))
+        let wakeups = Set(letters.map(\.node)).sorted().map(Letter.wakeup)
+        if wakingAtOnce {
+            do {
+                try await store.notify(wakeups)
+                notifications.noteSent(wakeups.count)
+                return
+            } catch {
+                logger.warning("waking other nodes failed; queued again", metadata: ["error": "\(error)"])
+            }
+        }
+        notifications.add(wakeups)
+    }
+
+    /// Sends queued notifications (`ClusterService`); the notices among them are posted as letters when that fails (the
+    /// outcome is unknown: a node may get a notice twice, which delivers nothing twice).
+    func send(_ batch: [Letter]) async {
+        do {
+            try await store.notify(batch)
+            notifications.noteSent(batch.count)
+        } catch {
+            let notices = batch.filter { !$0.body.isEmpty }
+            logger.warning(
+                "sending notifications to other nodes failed; posting their notices instead",
+                metadata: ["notices": "\(notices.count)", "error": "\(error)"])
+            await withRetries("posting to other nodes") { try await post(letters: notices) }
+        }
     }
 
     /// Runs `body` up to three times, 100 then 200 ms apart: a device on another node counts as online (its push is skipped)
@@ -301,13 +314,13 @@ final class ClusterLink: Sendable {
         }
     }
 
-    /// Acts on a letter from this node's mailbox.
+    /// Acts on a notice, from this node's mailbox or carried by a notification.
     func receive(_ body: String) {
         let notice: ClusterNotice
         do {
             notice = try JSONDecoder().decode(ClusterNotice.self, from: Data(body.utf8))
         } catch {
-            logger.error("a mailbox letter could not be read", metadata: ["error": "\(error)"])
+            logger.error("a notice from another node could not be read", metadata: ["error": "\(error)"])
             return
         }
         switch notice {
@@ -376,33 +389,6 @@ final class ClusterLink: Sendable {
     var isSafelyAlive: Bool {
         ContinuousClock.now.nanosecondsSinceStart - lastHeartbeat.load(ordering: .relaxed) < Int64(
             ClusterService.safeSilence.components.seconds) * 1_000_000_000
-    }
-}
-
-/// Nodes waiting to be woken: whatever accumulates while one wake-up is sent goes in the next (coalescing).
-final class PendingWakeups: Sendable {
-    private let nodes = Mutex<Set<Int64>>([])
-    private let signal = WakeSignal()
-    private let sent = Atomic<Int>(0)
-
-    /// Wake-ups sent so far (one notification per node per round).
-    var notificationsSent: Int { sent.load(ordering: .relaxed) }
-
-    /// Counts a round of wake-ups that went out.
-    func noteSent(_ count: Int) { sent.add(count, ordering: .relaxed) }
-
-    func add(_ more: Set<Int64>) {
-        nodes.withLock { $0.formUnion(more) }
-        signal.signal()
-    }
-
-    /// The nodes to wake, waiting up to `limit` for some.
-    func take(waitingUpTo limit: Duration) async -> Set<Int64> {
-        await signal.wait(upTo: limit)
-        return nodes.withLock { nodes in
-            defer { nodes = [] }
-            return nodes
-        }
     }
 }
 

@@ -9,9 +9,11 @@ import ServiceLifecycle
 ///   an outage everyone is late; each dead node is cleaned up by one): their push claims
 ///   are released, the devices they held go offline (their `online` skips decided again), and every device still
 ///   connected reads the store once (the dead node may have stored messages it never announced);
-/// - listening for wake-ups on a connection of its own, reconnected with backoff when it fails;
-/// - reading the mailbox at every wake-up and at least every `pollInterval` (a lost wake-up costs latency, not a notice);
-/// - waking other nodes, coalesced: the nodes that accumulate while one round trip runs go in the next;
+/// - listening for notifications on a connection of its own, reconnected with backoff when it fails (notifications sent
+///   while it did not listen are lost: once it listens again, every device here reads the store once);
+/// - acting on what arrives in the order it arrives (`Arrivals`): a notice carried by a notification, or the mailbox read
+///   at a wake-up, and at least every `pollInterval` (a lost wake-up costs latency, not a letter);
+/// - sending notifications to other nodes, coalesced: those queued while one round trip runs go in the next;
 /// - making every device here read the store once when a node died (paced, coalesced);
 /// - trying again, with backoff, the presence removals that failed when a device disconnected;
 /// - every `reconcileInterval`, removing this node's presence rows whose connections have ended (the floor under those
@@ -47,13 +49,13 @@ struct ClusterService: Service {
 
     func run() async throws {
         logger.notice("joined the cluster", metadata: ["node": "\(node.name)", "epoch": "\(node.epoch)", "slot": "\(node.slot)"])
-        let mailbox = WakeSignal()
+        let arrivals = Arrivals()
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await self.beat() }
             group.addTask { await self.rescue() }
-            group.addTask { await self.listen(waking: mailbox) }
-            group.addTask { await self.readMailbox(wokenBy: mailbox) }
-            group.addTask { await self.wakeOthers() }
+            group.addTask { await self.listen(into: arrivals) }
+            group.addTask { await self.act(on: arrivals) }
+            group.addTask { await self.notifyOthers() }
             group.addTask { await self.resyncDevices() }
             group.addTask { await self.retryRemovals() }
             group.addTask { await self.reconcile() }
@@ -168,17 +170,18 @@ struct ClusterService: Service {
         }
     }
 
-    private func listen(waking mailbox: WakeSignal) async {
+    private func listen(into arrivals: Arrivals) async {
         var backoff = Duration.milliseconds(100)
         while Task.serviceShouldContinue {
+            await link.beforeListening?()
             let started = ContinuousClock.now
             do {
                 try await cancelWhenGracefulShutdown {
-                    try await store.listenForWakeups(of: node.epoch) { mailbox.signal() }
+                    try await store.listen(for: node.epoch) { arrivals.add($0) }
                 }
             } catch {
                 if Task.serviceShouldContinue {
-                    logger.warning("the wake-up connection failed; polling until it is back", metadata: ["error": "\(error)"])
+                    logger.warning("the notification connection failed; polling until it is back", metadata: ["error": "\(error)"])
                 }
             }
             // A connection that lasted resets the backoff; one failing at once waits longer each time (up to 2 s).
@@ -188,31 +191,41 @@ struct ClusterService: Service {
         }
     }
 
-    private func readMailbox(wokenBy mailbox: WakeSignal) async {
+    private func act(on arrivals: Arrivals) async {
+        var lastRead: ContinuousClock.Instant?
         while Task.serviceShouldContinue {
-            do {
-                while true {
-                    let letters = try await store.takeLetters(for: node.epoch, limit: Self.lettersPerRead)
-                    for letter in letters { link.receive(letter) }
-                    if letters.count < Self.lettersPerRead { break }
+            let signals = await cancelWhenGracefulShutdown { await arrivals.take(waitingUpTo: Self.pollInterval) }
+            let due = lastRead.map { $0.duration(to: .now) >= Self.pollInterval } ?? true
+            for step in Arrivals.steps(for: signals, mailboxDue: due) {
+                switch step {
+                case .readMailbox:
+                    lastRead = .now
+                    await readMailbox()
+                case .receive(let notice):
+                    link.receive(notice)
+                case .resync:
+                    link.requestResync()
                 }
-            } catch {
-                logger.error("reading the mailbox failed", metadata: ["error": "\(error)"])
             }
-            await cancelWhenGracefulShutdown { await mailbox.wait(upTo: Self.pollInterval) }
         }
     }
 
-    private func wakeOthers() async {
-        while Task.serviceShouldContinue {
-            let nodes = await cancelWhenGracefulShutdown { await link.wakeups.take(waitingUpTo: .seconds(1)) }
-            guard !nodes.isEmpty else { continue }
-            do {
-                try await store.wake(nodes)
-                link.wakeups.noteSent(nodes.count)
-            } catch {
-                logger.warning("waking other nodes failed (they poll their mailboxes)", metadata: ["error": "\(error)"])
+    private func readMailbox() async {
+        do {
+            while true {
+                let letters = try await store.takeLetters(for: node.epoch, limit: Self.lettersPerRead)
+                for letter in letters { link.receive(letter) }
+                if letters.count < Self.lettersPerRead { break }
             }
+        } catch {
+            logger.error("reading the mailbox failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func notifyOthers() async {
+        while Task.serviceShouldContinue {
+            let batch = await cancelWhenGracefulShutdown { await link.notifications.take(waitingUpTo: .seconds(1)) }
+            if !batch.isEmpty { await link.send(batch) }
         }
     }
 }

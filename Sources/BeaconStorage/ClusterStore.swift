@@ -53,16 +53,36 @@ public enum ConnectOutcome: Sendable, Hashable {
     case nodeGone
 }
 
-/// A note for one node's mailbox (its body is the server's business: JSON).
+/// A note for one node (its body is the server's business: JSON): posted to its mailbox, or carried by a notification on
+/// its channel (`ClusterStore.notify`).
 public struct Letter: Sendable, Hashable {
     /// The epoch of the node it is for.
     public var node: Int64
     public var body: String
 
+    /// A notification carries a body of fewer UTF-8 bytes than this (PostgreSQL's limit with its default 8 KiB pages).
+    public static let notificationLimit = 8000
+
     public init(node: Int64, body: String) {
         self.node = node
         self.body = body
     }
+
+    /// A notification with no body: it only tells the node that its mailbox has letters.
+    public static func wakeup(_ node: Int64) -> Letter { Letter(node: node, body: "") }
+
+    /// Whether a notification can carry the body.
+    public var fitsInANotification: Bool { body.utf8.count < Self.notificationLimit }
+}
+
+/// What arrives on the channel a node listens on, in the order the notifications' transactions committed.
+public enum NodeSignal: Sendable, Hashable {
+    /// Listening (again): notifications sent while nobody listened are lost, so the node reads what they stood for.
+    case listening
+    /// The mailbox has letters.
+    case wakeup
+    /// A notice carried by the notification itself.
+    case notice(String)
 }
 
 /// What a node left behind when it was declared dead.
@@ -81,8 +101,8 @@ public struct DeadNodes: Sendable {
 }
 
 /// What several nodes on one database share beyond `BeaconStore`: membership with heartbeats, where each device is
-/// connected, and a mailbox per node for what one node must tell another (deliver, close a connection). An engine that
-/// serves one process only (SQLite) does not implement it.
+/// connected, and what one node must tell another (deliver, close a connection): carried by a notification, or posted
+/// to the node's mailbox. An engine that serves one process only (SQLite) does not implement it.
 public protocol ClusterStore: BeaconStore {
     /// Joins the cluster: a new random epoch and a random slot no live node holds. Fails when 1024 nodes are live.
     /// Liveness is measured on the database's clock, so that nodes whose clocks disagree do not declare each other dead.
@@ -124,11 +144,14 @@ public protocol ClusterStore: BeaconStore {
     func post(_ letters: [Letter]) async throws
     /// Takes (removes and returns) up to `limit` letters of the node's mailbox, oldest first.
     func takeLetters(for node: Int64, limit: Int) async throws -> [String]
-    /// Tells the nodes their mailboxes have letters (a payload-less notification each; one round trip for all).
-    func wake(_ nodes: Set<Int64>) async throws
-    /// Calls `onWakeup` once listening and at every wake-up of `node`, until the listening connection ends (it throws
-    /// then) or the task is cancelled.
-    func listenForWakeups(of node: Int64, _ onWakeup: @escaping @Sendable () -> Void) async throws
+    /// Sends each letter as a notification on its node's channel, in order, in one round trip and one transaction: an empty
+    /// body (`Letter.wakeup`) only wakes the node to read its mailbox; another is the notice itself (it must fit,
+    /// `Letter.fitsInANotification`). A node listening when the transaction commits gets them, after those of every
+    /// transaction that committed before; a node not listening then never does.
+    func notify(_ notifications: [Letter]) async throws
+    /// Calls `onSignal` with `.listening` once listening, then with each notification for `node` as it arrives, until the
+    /// listening connection ends (it throws then) or the task is cancelled.
+    func listen(for node: Int64, _ onSignal: @escaping @Sendable (NodeSignal) -> Void) async throws
 
     /// As `claimPushJobs(now:lease:limit:)`, recording `node` as the claimant so that the node's death releases them.
     func claimPushJobs(now: Int64, lease: Int64, limit: Int, node: Int64) async throws -> [PushJob]

@@ -313,9 +313,16 @@ struct ClusterTests {
         }
     }
 
-    /// The wake-up connection is killed: the mailbox is still read (polling), the listener comes back, nothing is lost.
-    @Test func aKilledWakeUpConnectionCostsNoMessage() async throws {
-        try await TestBeacon.runNodes(2) { nodes in
+    /// Both nodes' notification connections are killed, and held from listening again while alice's messages go to bob's
+    /// node: their notifications are lost (no letter carries them), yet once that node listens again bob reads them all
+    /// from the store (and without a lost notification, each message between nodes is carried by one, not a letter).
+    @Test func notificationsLostWhileANodeWasDeafCostNoMessage() async throws {
+        let gate = Gate()
+        let holding = Atomic<Bool>(false)
+        var hooks = BeaconHooks()
+        hooks.beforeListening = { if holding.load(ordering: .relaxed) { await gate.pass() } }
+        try await TestBeacon.runNodes(2, hooks: hooks) { nodes in
+            defer { gate.open() }
             let (a, b) = (nodes[0], nodes[1])
             let store = try #require(a.store as? PostgresStore)
             try await a.createUsers("alice", "bob")
@@ -327,20 +334,37 @@ struct ClusterTests {
             try await waitUntil("both nodes listening", timeout: .seconds(10)) {
                 try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2
             }
+            let traffic = try #require(b.server.clusterTraffic)
+            let (live, _) = try await b.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "live"]])
+            #expect(live == 200)
+            #expect(try await bob.messages.wait { $0.count >= 1 }.map(\.content) == [.text("live")])
+            #expect(try #require(b.server.clusterTraffic).letters == traffic.letters)
+            #expect(try #require(b.server.clusterTraffic).notifications > traffic.notifications)
+
+            holding.store(true, ordering: .relaxed)
             let killed = try await store.execute(
                 PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query IN (\(channels))"))
             #expect(killed == 2)
+            try await gate.waitForArrivals(2)  // neither listens
+            let before = try #require(b.server.clusterTraffic)
             for index in 0..<5 {
                 let (status, _) = try await b.rest(
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string("m\(index)")]])
                 #expect(status == 200)
             }
-            #expect(try await bob.messages.wait { $0.count >= 5 }.count == 5)
-            // Both nodes listen again.
-            try await waitUntil("both nodes listening", timeout: .seconds(10)) {
+            // Their notifications went out while nobody listened.
+            try await waitUntil("the notifications sent") {
+                try #require(b.server.clusterTraffic).notifications >= before.notifications + 1
+            }
+            #expect(try #require(b.server.clusterTraffic).letters == before.letters)
+            holding.store(false, ordering: .relaxed)
+            gate.open()
+            let texts = try await bob.messages.wait { $0.count >= 6 }.map(\.content)
+            #expect(texts == [.text("live")] + (0..<5).map { .text("m\($0)") })
+            try await waitUntil("both nodes listening again", timeout: .seconds(10)) {
                 try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2
             }
-            #expect(try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2)
             await bob.client.logout()
         }
     }

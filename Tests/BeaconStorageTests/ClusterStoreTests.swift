@@ -208,19 +208,33 @@ struct ClusterStoreTests {
         }
     }
 
-    @Test func aWakeUpReachesTheListeningNode() async throws {
+    /// Notifications reach the node listening on their channel, in the order sent, wake-ups without a body and notices
+    /// with theirs; those for another node do not.
+    @Test func notificationsReachTheListeningNodeInOrder() async throws {
         try await withNodes(2) { stores in
-            let (woken, wake) = AsyncStream.makeStream(of: Void.self)
+            // Channels are the database server's, whatever the schema: nodes of their own.
+            let (node, other) = (Int64.random(in: 1...Int64.max), Int64.random(in: 1...Int64.max))
+            let (arrived, arrive) = AsyncStream.makeStream(of: NodeSignal.self)
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await stores[0].listenForWakeups(of: 42) { wake.yield() } }
+                group.addTask { try await stores[0].listen(for: node) { arrive.yield($0) } }
                 group.addTask {
                     try await Task.sleep(for: .seconds(20))
-                    Issue.record("no wake-up within 20 s")
+                    Issue.record("the notifications did not all arrive within 20 s")
                 }
-                var wakeups = woken.makeAsyncIterator()
-                _ = await wakeups.next()  // listening (the first call comes once LISTEN is in place)
-                try await stores[1].wake([42, 43])
-                _ = await wakeups.next()
+                var signals = arrived.makeAsyncIterator()
+                #expect(await signals.next() == .listening)  // LISTEN is in place
+                // The largest body that fits: 7,999 bytes.
+                let large = String(repeating: "é", count: (Letter.notificationLimit - 2) / 2) + "e"
+                #expect(Letter(node: node, body: large).fitsInANotification)
+                #expect(!Letter(node: node, body: large + "e").fitsInANotification)
+                try await stores[1].notify([
+                    .wakeup(node), Letter(node: other, body: "elsewhere"), Letter(node: node, body: "first"),
+                    Letter(node: node, body: large),
+                ])
+                try await stores[1].notify([Letter(node: node, body: "next")])
+                var received: [NodeSignal] = []
+                for _ in 0..<4 { received.append(try #require(await signals.next())) }
+                #expect(received == [.wakeup, .notice("first"), .notice(large), .notice("next")])
                 group.cancelAll()
             }
         }
