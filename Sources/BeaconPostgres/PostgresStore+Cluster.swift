@@ -255,6 +255,9 @@ extension PostgresStore: ClusterStore {
                     onSignal(notification.payload.isEmpty ? .wakeup : .notice(notification.payload))
                 }
             }
+            // Cancelled (the sequence ends): closed before it goes back to the pool, which then drops it. It may be
+            // half-open (its caller found it silent), and would fail or hang whoever took it next.
+            if Task.isCancelled { try? await connection.close() }
         }
     }
 }

@@ -90,6 +90,12 @@ public final class PostgresStore: BeaconStore {
         // Beacon never leaves a transaction idle (no network I/O inside one): a session idle in one for this long belongs to
         // a node that is partitioned away or frozen, and holds locks others need (a device's presence, a node's row).
         configuration.options.additionalStartupParameters.append(("idle_in_transaction_session_timeout", "15s"))
+        // A client gone without closing (a node's host lost, a connection dropped by a middlebox) is found out by the server
+        // within about a minute, rather than the system's two hours: a node's notification connection it held stops holding
+        // back PostgreSQL's notification queue.
+        configuration.options.additionalStartupParameters += [
+            ("tcp_keepalives_idle", "30"), ("tcp_keepalives_interval", "10"), ("tcp_keepalives_count", "3"),
+        ]
         return (configuration, schema)
     }
 

@@ -24,6 +24,9 @@ public struct BeaconHooks: Sendable {
     /// Called before a cluster node starts listening for notifications, and before each time it listens again after its
     /// connection failed (several nodes only): a test holds a node deaf there.
     public var beforeListening: (@Sendable () async -> Void)?
+    /// Asked as each notification arrives on a cluster node's listening connection (not when listening begins): true drops
+    /// it, as a connection gone silent without closing would (several nodes only).
+    public var dropsNotification: (@Sendable () -> Bool)?
     /// Recipients a message's route decides and records at a time (`PushRouter.partSize`); tests make it small.
     public var routePartSize = 1000
     /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
@@ -92,7 +95,7 @@ public struct BeaconServer: Sendable {
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
                 beforePresenceRemoval: hooks.beforePresenceRemoval, afterHeartbeat: hooks.afterHeartbeat,
-                beforeListening: hooks.beforeListening)
+                beforeListening: hooks.beforeListening, dropsNotification: hooks.dropsNotification)
             // One beat before serving: a node that finds itself alone opens registrations at once (`Solitude`).
             let sent = ContinuousClock.now
             guard let others = try await shared.heartbeat(node) else { throw ClusterService.DeclaredDead() }

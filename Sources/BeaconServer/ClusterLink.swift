@@ -30,6 +30,8 @@ final class ClusterLink: Sendable {
     let afterHeartbeat: (@Sendable () async -> Void)?
     /// `BeaconHooks.beforeListening`.
     let beforeListening: (@Sendable () async -> Void)?
+    /// `BeaconHooks.dropsNotification`.
+    let dropsNotification: (@Sendable () -> Bool)?
     /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
     private let failedRemovals = Mutex<[FailedRemoval]>([])
 
@@ -55,7 +57,8 @@ final class ClusterLink: Sendable {
     init(
         store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
         beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil,
-        afterHeartbeat: (@Sendable () async -> Void)? = nil, beforeListening: (@Sendable () async -> Void)? = nil
+        afterHeartbeat: (@Sendable () async -> Void)? = nil, beforeListening: (@Sendable () async -> Void)? = nil,
+        dropsNotification: (@Sendable () -> Bool)? = nil
     ) {
         self.store = store
         self.node = node
@@ -65,6 +68,7 @@ final class ClusterLink: Sendable {
         self.beforePresenceRemoval = beforePresenceRemoval
         self.afterHeartbeat = afterHeartbeat
         self.beforeListening = beforeListening
+        self.dropsNotification = dropsNotification
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
@@ -282,18 +286,28 @@ final class ClusterLink: Sendable {
         notifications.add(wakeups)
     }
 
-    /// Sends queued notifications (`ClusterService`); the notices among them are posted as letters when that fails (the
-    /// outcome is unknown: a node may get a notice twice, which delivers nothing twice).
-    func send(_ batch: [Letter]) async {
+    /// Sends queued notifications (`ClusterService`); false when that failed. Then the notices among them are posted as
+    /// letters (the outcome is unknown: a node may get a notice twice, which delivers nothing twice), and the wake-ups go
+    /// again ahead of everything queued since, so that no notice queued after them arrives first.
+    @discardableResult
+    func send(_ batch: [Letter]) async -> Bool {
         do {
             try await store.notify(batch)
             notifications.noteSent(batch.count)
+            return true
         } catch {
             let notices = batch.filter { !$0.body.isEmpty }
             logger.warning(
                 "sending notifications to other nodes failed; posting their notices instead",
                 metadata: ["notices": "\(notices.count)", "error": "\(error)"])
-            await withRetries("posting to other nodes") { try await post(letters: notices) }
+            if !notices.isEmpty {
+                await withRetries("posting to other nodes") {
+                    try await store.post(notices)
+                    posted.add(notices.count, ordering: .relaxed)
+                }
+            }
+            notifications.addFirst(wakeups: Set(batch.map(\.node)).sorted())
+            return false
         }
     }
 

@@ -73,6 +73,18 @@ final class PendingNotifications: Sendable {
         signal.signal()
     }
 
+    /// Queues wake-ups ahead of everything waiting (those of a round trip that failed: a notice queued after them must
+    /// not arrive first).
+    func addFirst(wakeups nodes: [Int64]) {
+        guard !nodes.isEmpty else { return }
+        queue.withLock { queue in
+            queue.waiting.removeAll { $0.body.isEmpty && nodes.contains($0.node) }
+            queue.waiting.insert(contentsOf: nodes.map(Letter.wakeup), at: 0)
+            queue.wakeups.formUnion(nodes)
+        }
+        signal.signal()
+    }
+
     /// The next notifications to send (at most `batchLimit`), waiting up to `limit` for some.
     func take(waitingUpTo limit: Duration) async -> [Letter] {
         await signal.wait(upTo: limit)
@@ -93,6 +105,8 @@ final class PendingNotifications: Sendable {
 final class Arrivals: Sendable {
     private let queue = Mutex<[NodeSignal]>([])
     private let signal = WakeSignal()
+    /// When something last arrived, or listening last began (`ContinuousClock.Instant.nanosecondsSinceStart`).
+    private let heard = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
 
     /// One thing to do, in order.
     enum Step: Hashable {
@@ -103,7 +117,32 @@ final class Arrivals: Sendable {
     }
 
     func add(_ arrived: NodeSignal) {
+        heard.store(ContinuousClock.now.nanosecondsSinceStart, ordering: .relaxed)
         queue.withLock { $0.append(arrived) }
+        signal.signal()
+    }
+
+    /// Listening (again) begins: its silence counts from now.
+    func noteListening() {
+        heard.store(ContinuousClock.now.nanosecondsSinceStart, ordering: .relaxed)
+    }
+
+    /// How long since something arrived (or listening began).
+    var silence: Duration {
+        .nanoseconds(ContinuousClock.now.nanosecondsSinceStart - heard.load(ordering: .relaxed))
+    }
+
+    /// Puts steps not taken back ahead of whatever arrived since, as the signals they came from (a mailbox read that
+    /// failed is tried again before any later notice is acted on).
+    func putBack(_ steps: ArraySlice<Step>) {
+        let signals = steps.map { step -> NodeSignal in
+            switch step {
+            case .readMailbox: .wakeup
+            case .receive(let notice): .notice(notice)
+            case .resync: .listening
+            }
+        }
+        queue.withLock { $0.insert(contentsOf: signals, at: 0) }
         signal.signal()
     }
 

@@ -176,9 +176,7 @@ struct ClusterService: Service {
             await link.beforeListening?()
             let started = ContinuousClock.now
             do {
-                try await cancelWhenGracefulShutdown {
-                    try await store.listen(for: node.epoch) { arrivals.add($0) }
-                }
+                try await cancelWhenGracefulShutdown { try await listenWhileHeard(into: arrivals) }
             } catch {
                 if Task.serviceShouldContinue {
                     logger.warning("the notification connection failed; polling until it is back", metadata: ["error": "\(error)"])
@@ -191,16 +189,62 @@ struct ClusterService: Service {
         }
     }
 
+    /// The notification connection heard nothing, not even this node's own probe, for `listenerSilenceLimit`.
+    struct ListenerSilent: Error, CustomStringConvertible {
+        var description: String { "the notification connection heard nothing, not even this node's probe, for 6 s" }
+    }
+
+    /// How long the notification connection may hear nothing before this node sends itself a wake-up (a probe).
+    static let listenerProbeAfter: Duration = .seconds(2)
+    /// How long it may hear nothing, probes included, before it is taken for dead.
+    static let listenerSilenceLimit: Duration = .seconds(6)
+
+    /// Listens until the connection fails or falls silent. A half-open connection (its peer gone without a word, as after
+    /// a middlebox dropped it) would otherwise wait forever, and every notification for this node would be lost meanwhile:
+    /// the pool checks only the connections it holds idle. So when nothing arrived for `listenerProbeAfter`, this node
+    /// wakes itself through another connection; when nothing arrives for `listenerSilenceLimit`, the listening connection
+    /// is closed, and the next one's `.listening` makes every device here read the store.
+    private func listenWhileHeard(into arrivals: Arrivals) async throws {
+        arrivals.noteListening()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await store.listen(for: node.epoch) { signal in
+                    if signal != .listening, link.dropsNotification?() == true { return }
+                    arrivals.add(signal)
+                }
+            }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: Self.listenerProbeAfter)
+                    let silence = arrivals.silence
+                    if silence >= Self.listenerSilenceLimit { throw ListenerSilent() }
+                    if silence >= Self.listenerProbeAfter {
+                        let probe = [Letter.wakeup(node.epoch)]
+                        try? await withTimeout(Self.listenerProbeAfter) { try await store.notify(probe) }
+                    }
+                }
+            }
+            // The first to end ends both: the listening connection failed (it throws), or fell silent.
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
     private func act(on arrivals: Arrivals) async {
         var lastRead: ContinuousClock.Instant?
         while Task.serviceShouldContinue {
             let signals = await cancelWhenGracefulShutdown { await arrivals.take(waitingUpTo: Self.pollInterval) }
             let due = lastRead.map { $0.duration(to: .now) >= Self.pollInterval } ?? true
-            for step in Arrivals.steps(for: signals, mailboxDue: due) {
+            let steps = Arrivals.steps(for: signals, mailboxDue: due)
+            acting: for (index, step) in steps.enumerated() {
                 switch step {
                 case .readMailbox:
                     lastRead = .now
-                    await readMailbox()
+                    if await readMailbox() { continue }
+                    // What arrived after the wake-up waits for the letters it announced (a close before a message).
+                    arrivals.putBack(steps[index...])
+                    try? await cancelWhenGracefulShutdown { try await Task.sleep(for: Self.pollInterval) }
+                    break acting
                 case .receive(let notice):
                     link.receive(notice)
                 case .resync:
@@ -210,15 +254,17 @@ struct ClusterService: Service {
         }
     }
 
-    private func readMailbox() async {
+    /// Reads the whole mailbox and acts on its letters; false when a read failed.
+    private func readMailbox() async -> Bool {
         do {
             while true {
                 let letters = try await store.takeLetters(for: node.epoch, limit: Self.lettersPerRead)
                 for letter in letters { link.receive(letter) }
-                if letters.count < Self.lettersPerRead { break }
+                if letters.count < Self.lettersPerRead { return true }
             }
         } catch {
             logger.error("reading the mailbox failed", metadata: ["error": "\(error)"])
+            return false
         }
     }
 
@@ -227,5 +273,8 @@ struct ClusterService: Service {
             let batch = await cancelWhenGracefulShutdown { await link.notifications.take(waitingUpTo: .seconds(1)) }
             if !batch.isEmpty { await link.send(batch) }
         }
+        // What was queued before the node stops goes out before it leaves (a node that left is taken to have announced
+        // everything it stored), unless sending fails.
+        while case let batch = await link.notifications.take(waitingUpTo: .zero), !batch.isEmpty, await link.send(batch) {}
     }
 }

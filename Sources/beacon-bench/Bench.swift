@@ -53,18 +53,22 @@ enum LiveLoad {
         var elapsed: Double
         /// Latencies of the messages received (ms), sorted.
         var latencies: [Double]
+        /// The 99th percentile of the latencies of the messages sent in each second of the run (ms): where the tail is.
+        var p99BySecond: [Double]
     }
 
     static func run(devices: [BeaconClient], names: [String], rate: Int, seconds: Int) async throws -> Result {
         let latencies = LatencyLog()
         let total = rate * seconds
+        let start = monotonicNanoseconds()
         let receivers = Task {
             await withTaskGroup(of: Void.self) { group in
                 for device in devices {
                     group.addTask {
                         for await message in device.messages {
                             guard case .number(let sentAt) = message.ext["t"], let latency = milliseconds(since: sentAt) else { continue }
-                            if latencies.record(latency) >= total { return }
+                            let second = Int(max(0, sentAt - Double(start)) / 1e9)
+                            if latencies.record(latency, sentInSecond: second) >= total { return }
                         }
                     }
                 }
@@ -72,7 +76,6 @@ enum LiveLoad {
                 group.cancelAll()
             }
         }
-        let start = monotonicNanoseconds()
         let tick = 10  // ms
         let perTick = max(1, rate * tick / 1000)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -98,20 +101,31 @@ enum LiveLoad {
         }
         await receivers.value
         waitLimit.cancel()
-        return Result(sendSeconds: sendSeconds, elapsed: Double(monotonicNanoseconds() - start) / 1e9, latencies: latencies.values.sorted())
+        return Result(
+            sendSeconds: sendSeconds, elapsed: Double(monotonicNanoseconds() - start) / 1e9, latencies: latencies.values.sorted(),
+            p99BySecond: latencies.p99BySecond)
     }
 }
 
 final class LatencyLog: Sendable {
-    private let samples = Mutex<[Double]>([])
-    /// Adds a sample; returns how many there are.
-    func record(_ milliseconds: Double) -> Int {
+    private let samples = Mutex<[(second: Int?, milliseconds: Double)]>([])
+    /// Adds a sample (of a message sent in that second of the run, when given); returns how many there are.
+    func record(_ milliseconds: Double, sentInSecond second: Int? = nil) -> Int {
         samples.withLock { all in
-            all.append(milliseconds)
+            all.append((second, milliseconds))
             return all.count
         }
     }
-    var values: [Double] { samples.withLock { $0 } }
+    var values: [Double] { samples.withLock { $0.map(\.milliseconds) } }
+    /// The 99th percentile of each second's samples, in order of the seconds.
+    var p99BySecond: [Double] {
+        let bySecond = Dictionary(
+            grouping: samples.withLock { $0 }.compactMap { sample in sample.second.map { ($0, sample.milliseconds) } }
+        ) {
+            $0.0
+        }
+        return bySecond.keys.sorted().map { percentile(bySecond[$0, default: []].map(\.1).sorted(), 0.99) }
+    }
 }
 
 /// A device reconnects with 10,000 stored messages.

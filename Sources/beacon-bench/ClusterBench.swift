@@ -69,6 +69,7 @@ struct Cluster: AsyncParsableCommand {
         print("delivered \(sorted.count) of \(total) in \(format(elapsed)) s: \(format(Double(sorted.count) / elapsed, 0)) msg/s")
         print(
             "latency ms: p50 \(format(percentile(sorted, 0.5))) p99 \(format(percentile(sorted, 0.99))) max \(format(sorted.last ?? .nan))")
+        print("p99 of each second's sends (ms): \(load.p99BySecond.map { format($0, 0) }.joined(separator: " "))")
         if let before = transactionsBefore, let after = transactions() {
             print("database transactions per message: \(format(Double(after - before) / Double(total)))")
         }

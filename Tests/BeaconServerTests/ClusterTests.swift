@@ -353,9 +353,9 @@ struct ClusterTests {
                     "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": .string("m\(index)")]])
                 #expect(status == 200)
             }
-            // Their notifications went out while nobody listened.
+            // All five notifications went out while nobody listened.
             try await waitUntil("the notifications sent") {
-                try #require(b.server.clusterTraffic).notifications >= before.notifications + 1
+                try #require(b.server.clusterTraffic).notifications >= before.notifications + 5
             }
             #expect(try #require(b.server.clusterTraffic).letters == before.letters)
             holding.store(false, ordering: .relaxed)
@@ -365,6 +365,70 @@ struct ClusterTests {
             try await waitUntil("both nodes listening again", timeout: .seconds(10)) {
                 try await store.rows(PostgresQuery(unsafeSQL: listening)).first?["n"].decode(Int.self) ?? 0 >= 2
             }
+            await bob.client.logout()
+        }
+    }
+
+    /// Bob's old session is on node B, its presence row held there, when node A deletes bob, creates him again and sends
+    /// the new bob a message: A's relay finds the old row and hands the message to B, which acts on the deletion's close
+    /// (a letter whose wake-up went before the deletion answered) first. The old session closes without the message; the
+    /// new bob's device on B gets it.
+    @Test func aUserDeletedOnOneNodeIsClosedOnAnotherBeforeAMessageToTheNextHolderArrives() async throws {
+        let gate = Gate()
+        var hooks = BeaconHooks()
+        hooks.beforePresenceRemoval = { _, device in if device == "phone" { await gate.pass() } }
+        try await TestBeacon.runNodes(2, hooks: hooks) { nodes in
+            defer { gate.open() }
+            let (a, b) = (nodes[0], nodes[1])
+            try await a.createUsers("alice", "bob")
+            let old = try await RawDevice.connect(b, "bob", device: "phone")
+            let (deleted, _) = try await a.rest("DELETE", "/users/bob")
+            #expect(deleted == 200)
+            try await a.createUsers("bob")
+            let new = try await RawDevice.connect(b, "bob", device: "pad")
+            let (sent, _) = try await a.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for the new bob"]])
+            #expect(sent == 200)
+            try await new.frames.wait { RawDevice.stored(in: $0).map(\.text) == ["for the new bob"] }
+            let frames = try await old.frames.wait { $0.contains { if case .closing = $0 { true } else { false } } }
+            #expect(RawDevice.stored(in: frames).isEmpty)
+            #expect(frames.contains { if case .closing("kicked") = $0 { true } else { false } })
+            gate.open()
+            try await old.close()
+            try await new.close()
+        }
+    }
+
+    /// Node A's notification connection goes silent without closing (every notification dropped, as a half-open
+    /// connection would lose them): A finds it out by its own probe going unheard, closes it and listens on a new
+    /// connection, and bob, connected to A, reads what was sent to him meanwhile.
+    @Test func aSilentNotificationConnectionIsReplacedAndNothingIsLost() async throws {
+        let silent = Atomic<Bool>(false)
+        var hooks = BeaconHooks()
+        hooks.dropsNotification = { silent.load(ordering: .relaxed) }
+        try await TestBeacon.runNodes(2, hooks: hooks) { nodes in
+            let (a, b) = (nodes[0], nodes[1])
+            let store = try #require(a.store as? PostgresStore)
+            try await a.createUsers("alice", "bob")
+            let bob = try await a.connect("bob")
+            try await bob.events.synced()
+            let listener = "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN \"beacon_node_\(try #require(a.clusterNode).epoch)\";'"
+            var pids: [Int32] = []
+            try await waitUntil("both nodes listening", timeout: .seconds(10)) {
+                pids = try await store.rows(PostgresQuery(unsafeSQL: listener)).map { try $0["pid"].decode(Int32.self) }
+                return !pids.isEmpty
+            }
+            silent.store(true, ordering: .relaxed)
+            let (status, _) = try await b.rest(
+                "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "while silent"]])
+            #expect(status == 200)
+            #expect(try await bob.messages.wait { $0.count >= 1 }.map(\.content) == [.text("while silent")])
+            // The silent connection was closed: another listens.
+            try await waitUntil("a new listening connection", timeout: .seconds(10)) {
+                let listening = try await store.rows(PostgresQuery(unsafeSQL: listener)).map { try $0["pid"].decode(Int32.self) }
+                return !listening.isEmpty && Set(listening).isDisjoint(with: pids)
+            }
+            silent.store(false, ordering: .relaxed)
             await bob.client.logout()
         }
     }
