@@ -248,16 +248,21 @@ extension PostgresStore: ClusterStore {
 
     public func listen(for node: Int64, _ onSignal: @escaping @Sendable (NodeSignal) -> Void) async throws {
         // A pool connection kept for as long as this listens: when it fails, the sequence throws and the pool replaces it.
+        // Closed whenever listening ends, before it goes back to the pool (which then drops it): it may be half-open (its
+        // caller found it silent), with a LISTEN still in flight, and would hang whoever took it next.
         try await client.withConnection { connection in
-            try await connection.listen(on: Self.channel(of: node)) { notifications in
-                onSignal(.listening)
-                for try await notification in notifications {
-                    onSignal(notification.payload.isEmpty ? .wakeup : .notice(notification.payload))
+            do {
+                try await connection.listen(on: Self.channel(of: node)) { notifications in
+                    onSignal(.listening)
+                    for try await notification in notifications {
+                        onSignal(notification.payload.isEmpty ? .wakeup : .notice(notification.payload))
+                    }
                 }
+            } catch {
+                try? await connection.close()
+                throw error
             }
-            // Cancelled (the sequence ends): closed before it goes back to the pool, which then drops it. It may be
-            // half-open (its caller found it silent), and would fail or hang whoever took it next.
-            if Task.isCancelled { try? await connection.close() }
+            try? await connection.close()
         }
     }
 }

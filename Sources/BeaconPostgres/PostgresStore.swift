@@ -91,10 +91,12 @@ public final class PostgresStore: BeaconStore {
         // a node that is partitioned away or frozen, and holds locks others need (a device's presence, a node's row).
         configuration.options.additionalStartupParameters.append(("idle_in_transaction_session_timeout", "15s"))
         // A client gone without closing (a node's host lost, a connection dropped by a middlebox) is found out by the server
-        // within about a minute, rather than the system's two hours: a node's notification connection it held stops holding
-        // back PostgreSQL's notification queue.
+        // in a minute or two, rather than the system's two hours (keepalives when nothing is in flight) or ~15 minutes
+        // (retransmissions, `tcp_user_timeout`): a node's notification connection then stops holding back PostgreSQL's
+        // notification queue. A node frozen on a live host still acknowledges; only ending it frees the queue.
         configuration.options.additionalStartupParameters += [
             ("tcp_keepalives_idle", "30"), ("tcp_keepalives_interval", "10"), ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "60000"),
         ]
         return (configuration, schema)
     }

@@ -27,6 +27,9 @@ public struct BeaconHooks: Sendable {
     /// Asked as each notification arrives on a cluster node's listening connection (not when listening begins): true drops
     /// it, as a connection gone silent without closing would (several nodes only).
     public var dropsNotification: (@Sendable () -> Bool)?
+    /// Called before a cluster node takes what arrived on its channel to act on it, with the node's epoch and a look at
+    /// what waits (several nodes only): a test holds a node there until what it needs has arrived.
+    public var beforeActing: (@Sendable (_ node: Int64, _ waiting: @escaping @Sendable () -> [NodeSignal]) async -> Void)?
     /// Recipients a message's route decides and records at a time (`PushRouter.partSize`); tests make it small.
     public var routePartSize = 1000
     /// How often a device's WebSocket is pinged (one that has not answered a ping by the next is cut off); tests make it
@@ -95,7 +98,8 @@ public struct BeaconServer: Sendable {
             link = ClusterLink(
                 store: shared, node: node, local: registry, clock: configuration.clock, logger: logger,
                 beforePresenceRemoval: hooks.beforePresenceRemoval, afterHeartbeat: hooks.afterHeartbeat,
-                beforeListening: hooks.beforeListening, dropsNotification: hooks.dropsNotification)
+                beforeListening: hooks.beforeListening, dropsNotification: hooks.dropsNotification,
+                beforeActing: hooks.beforeActing)
             // One beat before serving: a node that finds itself alone opens registrations at once (`Solitude`).
             let sent = ContinuousClock.now
             guard let others = try await shared.heartbeat(node) else { throw ClusterService.DeclaredDead() }

@@ -32,6 +32,8 @@ final class ClusterLink: Sendable {
     let beforeListening: (@Sendable () async -> Void)?
     /// `BeaconHooks.dropsNotification`.
     let dropsNotification: (@Sendable () -> Bool)?
+    /// `BeaconHooks.beforeActing`.
+    let beforeActing: (@Sendable (Int64, @escaping @Sendable () -> [NodeSignal]) async -> Void)?
     /// Presence rows whose removal failed, tried again by `ClusterService` with backoff (`retryFailedRemovals`).
     private let failedRemovals = Mutex<[FailedRemoval]>([])
 
@@ -58,7 +60,8 @@ final class ClusterLink: Sendable {
         store: any ClusterStore, node: ClusterNode, local: ConnectionRegistry, clock: @escaping @Sendable () -> Int64, logger: Logger,
         beforePresenceRemoval: (@Sendable (String, String) async throws -> Void)? = nil,
         afterHeartbeat: (@Sendable () async -> Void)? = nil, beforeListening: (@Sendable () async -> Void)? = nil,
-        dropsNotification: (@Sendable () -> Bool)? = nil
+        dropsNotification: (@Sendable () -> Bool)? = nil,
+        beforeActing: (@Sendable (Int64, @escaping @Sendable () -> [NodeSignal]) async -> Void)? = nil
     ) {
         self.store = store
         self.node = node
@@ -69,6 +72,7 @@ final class ClusterLink: Sendable {
         self.afterHeartbeat = afterHeartbeat
         self.beforeListening = beforeListening
         self.dropsNotification = dropsNotification
+        self.beforeActing = beforeActing
     }
 
     func onlineDevices(of usernames: [String], app: Int64) async throws -> [String: Set<String>] {
@@ -288,7 +292,8 @@ final class ClusterLink: Sendable {
 
     /// Sends queued notifications (`ClusterService`); false when that failed. Then the notices among them are posted as
     /// letters (the outcome is unknown: a node may get a notice twice, which delivers nothing twice), and the wake-ups go
-    /// again ahead of everything queued since, so that no notice queued after them arrives first.
+    /// again ahead of everything queued since, so that no notice queued after them arrives first; when posting fails too,
+    /// the whole batch goes again ahead of the rest.
     @discardableResult
     func send(_ batch: [Letter]) async -> Bool {
         do {
@@ -300,13 +305,14 @@ final class ClusterLink: Sendable {
             logger.warning(
                 "sending notifications to other nodes failed; posting their notices instead",
                 metadata: ["notices": "\(notices.count)", "error": "\(error)"])
-            if !notices.isEmpty {
-                await withRetries("posting to other nodes") {
-                    try await store.post(notices)
-                    posted.add(notices.count, ordering: .relaxed)
-                }
+            do {
+                if !notices.isEmpty { try await store.post(notices) }
+                posted.add(notices.count, ordering: .relaxed)
+                notifications.addFirst(Set(batch.map(\.node)).sorted().map(Letter.wakeup))
+            } catch {
+                logger.warning("posting them failed too; trying again", metadata: ["error": "\(error)"])
+                notifications.addFirst(batch)
             }
-            notifications.addFirst(wakeups: Set(batch.map(\.node)).sorted())
             return false
         }
     }
@@ -411,6 +417,11 @@ extension ContinuousClock.Instant {
     var nanosecondsSinceStart: Int64 {
         let elapsed = processStart.duration(to: self).components
         return elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+    }
+
+    /// The instant `nanosecondsSinceStart` stands for.
+    static func fromNanosecondsSinceStart(_ nanoseconds: Int64) -> ContinuousClock.Instant {
+        processStart.advanced(by: .nanoseconds(nanoseconds))
     }
 }
 

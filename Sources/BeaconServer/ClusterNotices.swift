@@ -73,17 +73,23 @@ final class PendingNotifications: Sendable {
         signal.signal()
     }
 
-    /// Queues wake-ups ahead of everything waiting (those of a round trip that failed: a notice queued after them must
-    /// not arrive first).
-    func addFirst(wakeups nodes: [Int64]) {
-        guard !nodes.isEmpty else { return }
+    /// Queues notifications ahead of everything waiting (those of a round trip that failed: a notice queued after them
+    /// must not arrive first). A wake-up already waiting moves ahead with them.
+    func addFirst(_ notifications: [Letter]) {
+        guard !notifications.isEmpty else { return }
+        let woken = Set(notifications.filter(\.body.isEmpty).map(\.node))
         queue.withLock { queue in
-            queue.waiting.removeAll { $0.body.isEmpty && nodes.contains($0.node) }
-            queue.waiting.insert(contentsOf: nodes.map(Letter.wakeup), at: 0)
-            queue.wakeups.formUnion(nodes)
+            queue.waiting.removeAll { $0.body.isEmpty && woken.contains($0.node) }
+            var seen: Set<Int64> = []
+            let first = notifications.filter { !$0.body.isEmpty || seen.insert($0.node).inserted }
+            queue.waiting.insert(contentsOf: first, at: 0)
+            queue.wakeups.formUnion(woken)
         }
         signal.signal()
     }
+
+    /// Whether nothing waits to be sent.
+    var isEmpty: Bool { queue.withLock { $0.waiting.isEmpty } }
 
     /// The next notifications to send (at most `batchLimit`), waiting up to `limit` for some.
     func take(waitingUpTo limit: Duration) async -> [Letter] {
@@ -105,8 +111,9 @@ final class PendingNotifications: Sendable {
 final class Arrivals: Sendable {
     private let queue = Mutex<[NodeSignal]>([])
     private let signal = WakeSignal()
-    /// When something last arrived, or listening last began (`ContinuousClock.Instant.nanosecondsSinceStart`).
-    private let heard = Atomic<Int64>(ContinuousClock.now.nanosecondsSinceStart)
+    /// When something last arrived since listening began (`ContinuousClock.Instant.nanosecondsSinceStart`), or `.min`
+    /// while not listening yet.
+    private let heard = Atomic<Int64>(.min)
 
     /// One thing to do, in order.
     enum Step: Hashable {
@@ -122,14 +129,18 @@ final class Arrivals: Sendable {
         signal.signal()
     }
 
-    /// Listening (again) begins: its silence counts from now.
+    /// What waits to be taken.
+    var waiting: [NodeSignal] { queue.withLock { $0 } }
+
+    /// A new listening connection is being opened: nothing has been heard on it yet.
     func noteListening() {
-        heard.store(ContinuousClock.now.nanosecondsSinceStart, ordering: .relaxed)
+        heard.store(.min, ordering: .relaxed)
     }
 
-    /// How long since something arrived (or listening began).
-    var silence: Duration {
-        .nanoseconds(ContinuousClock.now.nanosecondsSinceStart - heard.load(ordering: .relaxed))
+    /// When something last arrived on the current connection (`.listening` first), nil before that.
+    var lastHeard: ContinuousClock.Instant? {
+        let at = heard.load(ordering: .relaxed)
+        return at == .min ? nil : ContinuousClock.Instant.fromNanosecondsSinceStart(at)
     }
 
     /// Puts steps not taken back ahead of whatever arrived since, as the signals they came from (a mailbox read that

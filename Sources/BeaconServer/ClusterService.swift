@@ -9,11 +9,13 @@ import ServiceLifecycle
 ///   an outage everyone is late; each dead node is cleaned up by one): their push claims
 ///   are released, the devices they held go offline (their `online` skips decided again), and every device still
 ///   connected reads the store once (the dead node may have stored messages it never announced);
-/// - listening for notifications on a connection of its own, reconnected with backoff when it fails (notifications sent
-///   while it did not listen are lost: once it listens again, every device here reads the store once);
+/// - listening for notifications on a connection of its own, reconnected with backoff when it fails or falls silent (its
+///   own probe unheard; notifications sent while it did not listen are lost: once it listens again, every device here
+///   reads the store once);
 /// - acting on what arrives in the order it arrives (`Arrivals`): a notice carried by a notification, or the mailbox read
 ///   at a wake-up, and at least every `pollInterval` (a lost wake-up costs latency, not a letter);
-/// - sending notifications to other nodes, coalesced: those queued while one round trip runs go in the next;
+/// - sending notifications to other nodes, coalesced: those queued while one round trip runs go in the next (a failed
+///   round trip's notices are posted as letters, its wake-ups sent again first, paced);
 /// - making every device here read the store once when a node died (paced, coalesced);
 /// - trying again, with backoff, the presence removals that failed when a device disconnected;
 /// - every `reconcileInterval`, removing this node's presence rows whose connections have ended (the floor under those
@@ -61,6 +63,11 @@ struct ClusterService: Service {
             group.addTask { await self.reconcile() }
         }
         link.leaving()
+        // What this node stored but could not announce: the others must declare it dead (then their devices read the store).
+        guard link.notifications.isEmpty else {
+            logger.error("stopping with notifications unsent: the other nodes declare this node dead shortly")
+            return
+        }
         do {
             try await store.leaveCluster(node)
         } catch {
@@ -189,21 +196,23 @@ struct ClusterService: Service {
         }
     }
 
-    /// The notification connection heard nothing, not even this node's own probe, for `listenerSilenceLimit`.
+    /// The notification connection did not hear this node's own probe.
     struct ListenerSilent: Error, CustomStringConvertible {
-        var description: String { "the notification connection heard nothing, not even this node's probe, for 6 s" }
+        var description: String { "the notification connection did not hear this node's probe within 3 s" }
     }
 
     /// How long the notification connection may hear nothing before this node sends itself a wake-up (a probe).
     static let listenerProbeAfter: Duration = .seconds(2)
-    /// How long it may hear nothing, probes included, before it is taken for dead.
-    static let listenerSilenceLimit: Duration = .seconds(6)
+    /// How long after a probe was sent (the round trip done) it must have arrived.
+    static let listenerProbeGrace: Duration = .seconds(3)
 
     /// Listens until the connection fails or falls silent. A half-open connection (its peer gone without a word, as after
     /// a middlebox dropped it) would otherwise wait forever, and every notification for this node would be lost meanwhile:
-    /// the pool checks only the connections it holds idle. So when nothing arrived for `listenerProbeAfter`, this node
-    /// wakes itself through another connection; when nothing arrives for `listenerSilenceLimit`, the listening connection
-    /// is closed, and the next one's `.listening` makes every device here read the store.
+    /// the pool checks only the connections it holds idle. So once listening, when nothing arrived for
+    /// `listenerProbeAfter`, this node wakes itself through another connection; when that probe was sent but has not
+    /// arrived `listenerProbeGrace` later, the listening connection is closed, and the next one's `.listening` makes
+    /// every device here read the store. A probe that could not be sent (the pool or the database slow or down, which
+    /// the heartbeat answers for) proves nothing and is tried again.
     private func listenWhileHeard(into arrivals: Arrivals) async throws {
         arrivals.noteListening()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -214,14 +223,23 @@ struct ClusterService: Service {
                 }
             }
             group.addTask {
+                var probed: ContinuousClock.Instant?  // sent, not heard yet
                 while true {
-                    try await Task.sleep(for: Self.listenerProbeAfter)
-                    let silence = arrivals.silence
-                    if silence >= Self.listenerSilenceLimit { throw ListenerSilent() }
-                    if silence >= Self.listenerProbeAfter {
-                        let probe = [Letter.wakeup(node.epoch)]
-                        try? await withTimeout(Self.listenerProbeAfter) { try await store.notify(probe) }
+                    try await Task.sleep(for: .seconds(1))
+                    guard let heard = arrivals.lastHeard else { continue }  // LISTEN not in place yet
+                    if let sent = probed {
+                        if heard >= sent {
+                            probed = nil
+                        } else if sent.duration(to: .now) >= Self.listenerProbeGrace {
+                            throw ListenerSilent()
+                        } else {
+                            continue
+                        }
                     }
+                    guard heard.duration(to: .now) >= Self.listenerProbeAfter else { continue }
+                    let sending = ContinuousClock.now
+                    let probe = [Letter.wakeup(node.epoch)]
+                    if (try? await withTimeout(.seconds(1), { try await store.notify(probe) })) != nil { probed = sending }
                 }
             }
             // The first to end ends both: the listening connection failed (it throws), or fell silent.
@@ -233,6 +251,7 @@ struct ClusterService: Service {
     private func act(on arrivals: Arrivals) async {
         var lastRead: ContinuousClock.Instant?
         while Task.serviceShouldContinue {
+            await link.beforeActing?(node.epoch) { arrivals.waiting }
             let signals = await cancelWhenGracefulShutdown { await arrivals.take(waitingUpTo: Self.pollInterval) }
             let due = lastRead.map { $0.duration(to: .now) >= Self.pollInterval } ?? true
             let steps = Arrivals.steps(for: signals, mailboxDue: due)
@@ -269,9 +288,18 @@ struct ClusterService: Service {
     }
 
     private func notifyOthers() async {
+        var backoff = Duration.zero
         while Task.serviceShouldContinue {
             let batch = await cancelWhenGracefulShutdown { await link.notifications.take(waitingUpTo: .seconds(1)) }
-            if !batch.isEmpty { await link.send(batch) }
+            guard !batch.isEmpty else { continue }
+            if await link.send(batch) {
+                backoff = .zero
+            } else {
+                // A failed batch goes again first (`ClusterLink.send`): paced, 250 ms doubling to 2 s.
+                backoff = min(max(backoff * 2, .milliseconds(250)), .seconds(2))
+                let pause = backoff
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+            }
         }
         // What was queued before the node stops goes out before it leaves (a node that left is taken to have announced
         // everything it stored), unless sending fails.

@@ -150,7 +150,7 @@ public protocol ClusterStore: BeaconStore {
     /// transaction that committed before; a node not listening then never does.
     func notify(_ notifications: [Letter]) async throws
     /// Calls `onSignal` with `.listening` once listening, then with each notification for `node` as it arrives, until the
-    /// listening connection ends (it throws then) or the task is cancelled (the connection is then closed, not reused).
+    /// listening connection ends (it throws then) or the task is cancelled. The connection is closed, never reused.
     func listen(for node: Int64, _ onSignal: @escaping @Sendable (NodeSignal) -> Void) async throws
 
     /// As `claimPushJobs(now:lease:limit:)`, recording `node` as the claimant so that the node's death releases them.

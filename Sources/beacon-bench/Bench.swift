@@ -76,24 +76,7 @@ enum LiveLoad {
                 group.cancelAll()
             }
         }
-        let tick = 10  // ms
-        let perTick = max(1, rate * tick / 1000)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<total {
-                if index % perTick == 0 {
-                    let due = start + UInt64(index / perTick) * UInt64(tick) * 1_000_000
-                    let now = monotonicNanoseconds()
-                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
-                }
-                let sender = devices[index % devices.count]
-                let receiver = names[(index * 7 + 1) % devices.count]
-                group.addTask {
-                    try await sender.send(
-                        OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
-                }
-            }
-            try await group.waitForAll()
-        }
+        try await offer(from: devices, to: names, rate: rate, seconds: seconds, start: start)
         let sendSeconds = Double(monotonicNanoseconds() - start) / 1e9
         let waitLimit = Task {
             try await Task.sleep(for: .seconds(30))
@@ -104,6 +87,31 @@ enum LiveLoad {
         return Result(
             sendSeconds: sendSeconds, elapsed: Double(monotonicNanoseconds() - start) / 1e9, latencies: latencies.values.sorted(),
             p99BySecond: latencies.p99BySecond)
+    }
+}
+
+extension LiveLoad {
+    /// Sends `rate` messages a second for `seconds` from `devices` (sender `i mod n`) to `receivers` (`(7i + 1) mod m`),
+    /// from `start` (monotonic ns), each carrying its send time; returns once every send was answered.
+    static func offer(from devices: [BeaconClient], to receivers: [String], rate: Int, seconds: Int, start: UInt64) async throws {
+        let tick = 10  // ms
+        let perTick = max(1, rate * tick / 1000)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<(rate * seconds) {
+                if index % perTick == 0 {
+                    let due = start + UInt64(index / perTick) * UInt64(tick) * 1_000_000
+                    let now = monotonicNanoseconds()
+                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
+                }
+                let sender = devices[index % devices.count]
+                let receiver = receivers[(index * 7 + 1) % receivers.count]
+                group.addTask {
+                    try await sender.send(
+                        OutgoingChatMessage(to: receiver, content: .text("m\(index)"), ext: ["t": .number(Double(monotonicNanoseconds()))]))
+                }
+            }
+            try await group.waitForAll()
+        }
     }
 }
 

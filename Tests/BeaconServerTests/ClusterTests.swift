@@ -369,31 +369,47 @@ struct ClusterTests {
         }
     }
 
-    /// Bob's old session is on node B, its presence row held there, when node A deletes bob, creates him again and sends
-    /// the new bob a message: A's relay finds the old row and hands the message to B, which acts on the deletion's close
-    /// (a letter whose wake-up went before the deletion answered) first. The old session closes without the message; the
-    /// new bob's device on B gets it.
+    /// Bob's old session is on node B when node A deletes bob, creates him again, and sends the new bob a message while
+    /// B is held before acting on what arrived: A's relay finds the old session's row and hands the message to B, after
+    /// the deletion's close (a letter whose wake-up went before the deletion answered). Released, B takes both at once and
+    /// acts on the close first: the old session closes without the message; the new bob's device, on A, gets it. (The
+    /// sessions' audit is held off: it would close the old session by itself.)
     @Test func aUserDeletedOnOneNodeIsClosedOnAnotherBeforeAMessageToTheNextHolderArrives() async throws {
         let gate = Gate()
+        let held = Atomic<Int64>(0)  // the node held, once known
+        let waiting = Locked<(@Sendable () -> [NodeSignal])?>(nil)
         var hooks = BeaconHooks()
-        hooks.beforePresenceRemoval = { _, device in if device == "phone" { await gate.pass() } }
+        hooks.sessionAuditInterval = .seconds(3600)
+        hooks.beforeActing = { node, queued in
+            guard node == held.load(ordering: .relaxed) else { return }
+            waiting.withLock { $0 = queued }
+            await gate.pass()
+        }
         try await TestBeacon.runNodes(2, hooks: hooks) { nodes in
             defer { gate.open() }
             let (a, b) = (nodes[0], nodes[1])
             try await a.createUsers("alice", "bob")
             let old = try await RawDevice.connect(b, "bob", device: "phone")
+            held.store(try #require(b.clusterNode).epoch, ordering: .relaxed)
+            try await gate.waitForArrivals(1)
             let (deleted, _) = try await a.rest("DELETE", "/users/bob")
             #expect(deleted == 200)
             try await a.createUsers("bob")
-            let new = try await RawDevice.connect(b, "bob", device: "pad")
+            let new = try await RawDevice.connect(a, "bob", device: "pad")
             let (sent, _) = try await a.rest(
                 "POST", "/messages/users", ["from": "alice", "to": ["bob"], "type": "txt", "body": ["msg": "for the new bob"]])
             #expect(sent == 200)
+            try await waitUntil("the close's wake-up and the message's notice waiting on B") {
+                let signals = waiting.withLock { $0 }?() ?? []
+                guard let notice = signals.firstIndex(where: { if case .notice = $0 { true } else { false } }) else { return false }
+                return signals[..<notice].contains(.wakeup)
+            }
+            held.store(0, ordering: .relaxed)
+            gate.open()
             try await new.frames.wait { RawDevice.stored(in: $0).map(\.text) == ["for the new bob"] }
             let frames = try await old.frames.wait { $0.contains { if case .closing = $0 { true } else { false } } }
             #expect(RawDevice.stored(in: frames).isEmpty)
             #expect(frames.contains { if case .closing("kicked") = $0 { true } else { false } })
-            gate.open()
             try await old.close()
             try await new.close()
         }

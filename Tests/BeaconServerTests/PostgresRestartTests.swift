@@ -11,7 +11,7 @@ private let restartCommand = ProcessInfo.processInfo.environment["BEACON_TEST_PO
 @Suite(.serialized, .enabled(if: restartCommand != nil, "run by scripts/test after the other suites"))
 struct PostgresRestartTests {
     /// Two nodes while PostgreSQL restarts: sends fail while it is down and work again once it is back, deliveries across
-    /// nodes resume (the wake-up listeners reconnect; polling covers the gap), and no node declares itself or the other
+    /// nodes resume (the listeners reconnect and their devices read the store), and no node declares itself or the other
     /// dead (everyone's heartbeats were late together).
     @Test func nodesRideOutAPostgreSQLRestart() async throws {
         try await TestBeacon.runNodes(2) { nodes in

@@ -66,6 +66,29 @@ struct RelayTests {
         #expect(await queue.take(waitingUpTo: .seconds(5)) == Array(many.suffix(5)))
     }
 
+    /// A failed round trip's notifications go again ahead of what was queued since, a wake-up waiting for the same node
+    /// moving ahead with them.
+    @Test func aFailedBatchGoesAgainFirst() async {
+        let queue = PendingNotifications()
+        queue.add([Letter(node: 1, body: "later"), .wakeup(2)])
+        queue.addFirst([.wakeup(2), Letter(node: 1, body: "failed"), .wakeup(2)])
+        #expect(!queue.isEmpty)
+        #expect(
+            await queue.take(waitingUpTo: .seconds(5)) == [.wakeup(2), Letter(node: 1, body: "failed"), Letter(node: 1, body: "later")])
+        #expect(queue.isEmpty)
+        queue.add([.wakeup(2)])  // sent: queued again
+        #expect(await queue.take(waitingUpTo: .seconds(5)) == [.wakeup(2)])
+    }
+
+    /// Steps not taken go back as the signals they came from, ahead of what arrived since.
+    @Test func stepsPutBackComeFirst() async {
+        let arrivals = Arrivals()
+        arrivals.add(.notice("later"))
+        arrivals.putBack([Arrivals.Step.readMailbox, .receive("a"), .resync][...])
+        #expect(arrivals.waiting == [.wakeup, .notice("a"), .listening, .notice("later")])
+        #expect(await arrivals.take(waitingUpTo: .seconds(5)) == [.wakeup, .notice("a"), .listening, .notice("later")])
+    }
+
     @Test func aNoticeIsActedOnOnlyAfterTheMailboxItsWakeUpsAnnounced() {
         typealias Step = Arrivals.Step
         #expect(Arrivals.steps(for: [], mailboxDue: false) == [])
