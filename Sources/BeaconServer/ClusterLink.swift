@@ -290,30 +290,44 @@ final class ClusterLink: Sendable {
         notifications.add(wakeups)
     }
 
-    /// Sends queued notifications (`ClusterService`); false when that failed. Then the notices among them are posted as
+    /// What became of a batch of notifications.
+    enum Sending: Equatable {
+        case sent
+        /// The round trip failed; its notices went to the mailboxes, its wake-ups are queued again first.
+        case postedInstead
+        /// The round trip failed, and nothing else was done: the batch is queued again first (to be paced).
+        case failed
+    }
+
+    /// Sends queued notifications (`ClusterService`). When the round trip fails, the notices among them are posted as
     /// letters (the outcome is unknown: a node may get a notice twice, which delivers nothing twice), and the wake-ups go
     /// again ahead of everything queued since, so that no notice queued after them arrives first; when posting fails too,
-    /// the whole batch goes again ahead of the rest.
+    /// or there were only wake-ups, the whole batch goes again first.
     @discardableResult
-    func send(_ batch: [Letter]) async -> Bool {
+    func send(_ batch: [Letter]) async -> Sending {
         do {
             try await store.notify(batch)
             notifications.noteSent(batch.count)
-            return true
+            return .sent
         } catch {
             let notices = batch.filter { !$0.body.isEmpty }
             logger.warning(
                 "sending notifications to other nodes failed; posting their notices instead",
                 metadata: ["notices": "\(notices.count)", "error": "\(error)"])
+            guard !notices.isEmpty else {
+                notifications.addFirst(batch)
+                return .failed
+            }
             do {
-                if !notices.isEmpty { try await store.post(notices) }
+                try await store.post(notices)
                 posted.add(notices.count, ordering: .relaxed)
                 notifications.addFirst(Set(batch.map(\.node)).sorted().map(Letter.wakeup))
+                return .postedInstead
             } catch {
                 logger.warning("posting them failed too; trying again", metadata: ["error": "\(error)"])
                 notifications.addFirst(batch)
+                return .failed
             }
-            return false
         }
     }
 

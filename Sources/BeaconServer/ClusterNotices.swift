@@ -91,6 +91,9 @@ final class PendingNotifications: Sendable {
     /// Whether nothing waits to be sent.
     var isEmpty: Bool { queue.withLock { $0.waiting.isEmpty } }
 
+    /// Whether a notice (not only wake-ups) waits to be sent.
+    var holdsNotices: Bool { queue.withLock { $0.waiting.contains { !$0.body.isEmpty } } }
+
     /// The next notifications to send (at most `batchLimit`), waiting up to `limit` for some.
     func take(waitingUpTo limit: Duration) async -> [Letter] {
         await signal.wait(upTo: limit)

@@ -64,8 +64,9 @@ struct ClusterService: Service {
         }
         link.leaving()
         // What this node stored but could not announce: the others must declare it dead (then their devices read the store).
-        guard link.notifications.isEmpty else {
-            logger.error("stopping with notifications unsent: the other nodes declare this node dead shortly")
+        // Wake-ups alone may stay unsent: their letters are read at the next poll.
+        guard !link.notifications.holdsNotices else {
+            logger.error("stopping with notices unsent: the other nodes declare this node dead shortly")
             return
         }
         do {
@@ -196,23 +197,26 @@ struct ClusterService: Service {
         }
     }
 
-    /// The notification connection did not hear this node's own probe.
+    /// The notification connection did not hear this node's own probe, or never began listening.
     struct ListenerSilent: Error, CustomStringConvertible {
-        var description: String { "the notification connection did not hear this node's probe within 3 s" }
+        var description: String { "the notification connection did not hear this node's probe, or LISTEN did not complete" }
     }
 
     /// How long the notification connection may hear nothing before this node sends itself a wake-up (a probe).
     static let listenerProbeAfter: Duration = .seconds(2)
-    /// How long after a probe was sent (the round trip done) it must have arrived.
+    /// How long after a probe's round trip ended it must have arrived; also how long a probe may take to be sent.
     static let listenerProbeGrace: Duration = .seconds(3)
+    /// How long a connection may take to begin listening (the pool's lease and the LISTEN).
+    static let listenerStartLimit: Duration = .seconds(10)
 
     /// Listens until the connection fails or falls silent. A half-open connection (its peer gone without a word, as after
     /// a middlebox dropped it) would otherwise wait forever, and every notification for this node would be lost meanwhile:
     /// the pool checks only the connections it holds idle. So once listening, when nothing arrived for
     /// `listenerProbeAfter`, this node wakes itself through another connection; when that probe was sent but has not
-    /// arrived `listenerProbeGrace` later, the listening connection is closed, and the next one's `.listening` makes
-    /// every device here read the store. A probe that could not be sent (the pool or the database slow or down, which
-    /// the heartbeat answers for) proves nothing and is tried again.
+    /// arrived `listenerProbeGrace` after its round trip ended, or listening did not begin within `listenerStartLimit`, the
+    /// listening connection is closed, and the next one's `.listening` makes every device here read the store. A probe
+    /// that could not be sent (the pool or the database slow or down, which the heartbeat answers for) proves nothing and
+    /// is tried again.
     private func listenWhileHeard(into arrivals: Arrivals) async throws {
         arrivals.noteListening()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -223,23 +227,30 @@ struct ClusterService: Service {
                 }
             }
             group.addTask {
-                var probed: ContinuousClock.Instant?  // sent, not heard yet
+                let started = ContinuousClock.now
+                // A probe sent and not heard yet: anything heard after `sending` counts; the grace runs from `sent`.
+                var probed: (sending: ContinuousClock.Instant, sent: ContinuousClock.Instant)?
                 while true {
                     try await Task.sleep(for: .seconds(1))
-                    guard let heard = arrivals.lastHeard else { continue }  // LISTEN not in place yet
-                    if let sent = probed {
-                        if heard >= sent {
+                    guard let heard = arrivals.lastHeard else {
+                        if started.duration(to: .now) >= Self.listenerStartLimit { throw ListenerSilent() }
+                        continue
+                    }
+                    if let probe = probed {
+                        if heard >= probe.sending {
                             probed = nil
-                        } else if sent.duration(to: .now) >= Self.listenerProbeGrace {
+                        } else if probe.sent.duration(to: .now) >= Self.listenerProbeGrace {
                             throw ListenerSilent()
                         } else {
                             continue
                         }
                     }
                     guard heard.duration(to: .now) >= Self.listenerProbeAfter else { continue }
-                    let sending = ContinuousClock.now
                     let probe = [Letter.wakeup(node.epoch)]
-                    if (try? await withTimeout(.seconds(1), { try await store.notify(probe) })) != nil { probed = sending }
+                    let sending = ContinuousClock.now
+                    if (try? await withTimeout(Self.listenerProbeGrace, { try await store.notify(probe) })) != nil {
+                        probed = (sending, ContinuousClock.now)
+                    }
                 }
             }
             // The first to end ends both: the listening connection failed (it throws), or fell silent.
@@ -292,10 +303,10 @@ struct ClusterService: Service {
         while Task.serviceShouldContinue {
             let batch = await cancelWhenGracefulShutdown { await link.notifications.take(waitingUpTo: .seconds(1)) }
             guard !batch.isEmpty else { continue }
-            if await link.send(batch) {
+            if await link.send(batch) != .failed {
                 backoff = .zero
             } else {
-                // A failed batch goes again first (`ClusterLink.send`): paced, 250 ms doubling to 2 s.
+                // What goes again first (`ClusterLink.send`) is paced, 250 ms doubling to 2 s.
                 backoff = min(max(backoff * 2, .milliseconds(250)), .seconds(2))
                 let pause = backoff
                 try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
@@ -303,6 +314,6 @@ struct ClusterService: Service {
         }
         // What was queued before the node stops goes out before it leaves (a node that left is taken to have announced
         // everything it stored), unless sending fails.
-        while case let batch = await link.notifications.take(waitingUpTo: .zero), !batch.isEmpty, await link.send(batch) {}
+        while case let batch = await link.notifications.take(waitingUpTo: .zero), !batch.isEmpty, await link.send(batch) == .sent {}
     }
 }
