@@ -155,7 +155,7 @@ extension API {
             return RequestIdentity(app: app, caller: .app, user: nil)
         }
         // A deleted user's tokens do not open an account created later under the same name (another uuid).
-        guard let user = try await store.user(username, app: app.id), claims.uid == user.uuid, claims.iat >= user.tokensValidAfter else {
+        guard let user = try await store.user(username, app: app.id), user.acceptsToken(of: claims.uid, issuedAt: claims.iat) else {
             throw BeaconError(.badAccessToken, "the token was revoked; log in again")
         }
         return RequestIdentity(app: app, caller: .user(username), user: user, token: claims)

@@ -292,7 +292,7 @@ struct DeviceSession {
         // after it was closing for another reason, gets none of it either; one closing only for another reason (replaced,
         // logout, overloaded, shutdown) still gets what was queued for its user (an overloaded device keeps a prefix of its
         // read markers), its token checked all the same.
-        var revoked = pending.kicked || outbox.wasKicked
+        var revoked = outbox.wasKicked  // sticky: a kick before `take` included
         if !revoked, pending.readsForTheUser {
             revoked = !(await stillSignedIn(outbox, whileClosing: true)) || outbox.wasKicked  // or kicked meanwhile
         }

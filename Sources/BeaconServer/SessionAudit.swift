@@ -18,7 +18,15 @@ struct SessionCredential: Sendable, Hashable {
     /// authentication checked of the store and the clock.
     func holds(for user: UserRecord?, now: Int64) -> Bool {
         guard let user else { return false }
-        return user.uuid == uuid && issuedAt >= user.tokensValidAfter && now < expiresAt
+        return user.acceptsToken(of: uuid, issuedAt: issuedAt) && now < expiresAt
+    }
+}
+
+extension UserRecord {
+    /// Whether a user token issued to account `uid` at `issuedAt` (ms) still opens this account: the same account (a user
+    /// deleted and created again under the name is another, with another uuid), its tokens not revoked since.
+    func acceptsToken(of uid: String?, issuedAt: Int64) -> Bool {
+        uid == uuid && issuedAt >= tokensValidAfter
     }
 }
 
